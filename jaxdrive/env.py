@@ -1,0 +1,181 @@
+"""The functional multi-agent environment contract.
+
+An `Env` is a small immutable object holding *static* configuration (what fixes
+array shapes). Numbers a user may vary or vmap over live in an `EnvParams` pytree
+passed to every call. Two pure functions do the work::
+
+    state, ts = env.reset(key, params)
+    state, ts = env.step(key, state, actions, params)
+
+Agents come in groups; per group ``g`` every array has the agent axis first:
+``ts.obs[g]: [A_g, *O_g]``, ``actions[g]: [A_g, *act_shape_g]``. Both functions jit,
+vmap and scan. Subclasses implement `reset_env` and `step_env`; the public `reset`
+and `step` fill in default params and check the actions' structure, shape and dtype
+when tracing (and their values when called eagerly, outside `jit`).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Generic, TypeVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdrive.spaces import Space
+from jaxdrive.types import EnvParams, TimeStep
+
+__all__ = ["Env", "check_actions"]
+
+StateT = TypeVar("StateT")
+ParamsT = TypeVar("ParamsT", bound=EnvParams)
+
+
+class Env(abc.ABC, Generic[StateT, ParamsT]):
+    """Base class of every jaxdrive environment (see the module docstring)."""
+
+    # ----- static description (override) ---------------------------------------------
+    @property
+    @abc.abstractmethod
+    def groups(self) -> tuple[str, ...]:
+        """Group names, in a fixed order (e.g. ``("tagger", "runner")``)."""
+
+    @abc.abstractmethod
+    def num_agents(self, group: str) -> int:
+        """Number of agents ``A_g`` in ``group``."""
+
+    @abc.abstractmethod
+    def observation_space(self, group: str) -> Space:
+        """Space of one agent's observation in ``group``."""
+
+    @abc.abstractmethod
+    def action_space(self, group: str) -> Space:
+        """Space of one agent's action in ``group``."""
+
+    @property
+    @abc.abstractmethod
+    def default_params(self) -> ParamsT:
+        """The default `EnvParams` of this environment."""
+
+    @property
+    def episode_length(self) -> int | None:
+        """The static cap on an episode's steps (``None`` when there is none)."""
+        return None
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    # ----- dynamics (override) --------------------------------------------------------
+    @abc.abstractmethod
+    def reset_env(self, key: jax.Array, params: ParamsT) -> tuple[StateT, TimeStep]:
+        """Draws a start state; returns ``(state, first TimeStep)``."""
+
+    @abc.abstractmethod
+    def step_env(
+        self, key: jax.Array, state: StateT, actions: dict[str, jax.Array], params: ParamsT
+    ) -> tuple[StateT, TimeStep]:
+        """One transition for all agents; ``actions`` already checked and cast."""
+
+    def global_state(self, state: StateT, params: ParamsT) -> jax.Array:
+        """A flat ``[D]`` float32 view of the whole state, for centralised critics."""
+        raise NotImplementedError(f"{self.name} does not provide a global state")
+
+    # ----- public API -----------------------------------------------------------------
+    @property
+    def agent_counts(self) -> dict[str, int]:
+        return {g: self.num_agents(g) for g in self.groups}
+
+    @property
+    def total_agents(self) -> int:
+        return sum(self.agent_counts.values())
+
+    def reset(self, key: jax.Array, params: ParamsT | None = None) -> tuple[StateT, TimeStep]:
+        """Starts an episode. ``key``: a PRNG key; ``params`` default to `default_params`."""
+        if params is None:
+            params = self.default_params
+        return self.reset_env(key, params)
+
+    def step(
+        self,
+        key: jax.Array,
+        state: StateT,
+        actions: Any,
+        params: ParamsT | None = None,
+    ) -> tuple[StateT, TimeStep]:
+        """Steps every agent once. ``actions``: ``{g: [A_g, *act_shape_g]}``.
+
+        Single-group envs also accept the bare array for their one group.
+        """
+        if params is None:
+            params = self.default_params
+        actions = check_actions(self, actions)
+        return self.step_env(key, state, actions, params)
+
+    def sample_actions(self, key: jax.Array) -> dict[str, jax.Array]:
+        """Uniformly random actions for every agent: ``{g: [A_g, *act_shape_g]}``."""
+        keys = jax.random.split(key, len(self.groups))
+        return {
+            g: self.action_space(g).sample(k, (self.num_agents(g),))
+            for g, k in zip(self.groups, keys, strict=True)
+        }
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{g}={n}" for g, n in self.agent_counts.items())
+        return f"{self.name}({counts})"
+
+
+def check_actions(env: Env, actions: Any) -> dict[str, jax.Array]:
+    """Checks ``actions`` against ``env``'s action spaces and casts them.
+
+    Raises ``ValueError`` naming the group for a missing/unknown group, a wrong shape,
+    a wrong dtype kind (integers for discrete spaces, floats for `Box`), and, when the
+    values are concrete (eager call), values outside the space.
+    Returns ``{g: array}`` cast to each space's dtype.
+    """
+    groups = env.groups
+    if not isinstance(actions, dict):
+        if len(groups) != 1:
+            raise ValueError(
+                f"{env.name} has groups {list(groups)}: pass actions as a dict "
+                f"{{group: [num_agents, *action_shape]}}, got {type(actions).__name__}"
+            )
+        actions = {groups[0]: actions}
+    missing = [g for g in groups if g not in actions]
+    unknown = [g for g in actions if g not in groups]
+    if missing or unknown:
+        raise ValueError(
+            f"{env.name} actions must have exactly the groups {list(groups)}; "
+            f"missing {missing}, unknown {unknown}"
+        )
+    out = {}
+    for g in groups:
+        space = env.action_space(g)
+        a = actions[g]
+        if not hasattr(a, "dtype"):
+            a = np.asarray(a)
+        want = (env.num_agents(g), *space.shape)
+        if tuple(a.shape) != want:
+            raise ValueError(
+                f"{env.name}: actions['{g}'] must have shape {want} "
+                f"([num_agents, *action_shape] for {space}), got {tuple(a.shape)}"
+            )
+        discrete = jnp.issubdtype(space.dtype, jnp.integer)
+        if discrete and not jnp.issubdtype(a.dtype, jnp.integer):
+            raise ValueError(
+                f"{env.name}: actions['{g}'] must be integers for {space}, got dtype {a.dtype}"
+            )
+        if not discrete and not jnp.issubdtype(a.dtype, jnp.floating):
+            raise ValueError(
+                f"{env.name}: actions['{g}'] must be floats for {space}, got dtype {a.dtype}"
+            )
+        if not isinstance(a, jax.core.Tracer):
+            ok = bool(np.asarray(space.contains(np.asarray(a).astype(space.dtype))))
+            if not ok:
+                raise ValueError(
+                    f"{env.name}: actions['{g}'] has values outside {space}: "
+                    f"min {np.min(a)}, max {np.max(a)}"
+                )
+        out[g] = jnp.asarray(a).astype(space.dtype)
+    return out

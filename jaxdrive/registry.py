@@ -1,0 +1,113 @@
+"""Environment registry: `make(name, **overrides)` and `register(name, entry)`.
+
+Built-in environments are registered lazily by import path, so importing jaxdrive
+imports no environment module.
+
+Example:
+    >>> import jaxdrive
+    >>> env, params = jaxdrive.make("CartPole-v1")
+    >>> env.groups
+    ('agent',)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from jaxdrive.env import Env
+from jaxdrive.types import EnvParams
+
+__all__ = ["make", "register", "registered_envs", "split_overrides"]
+
+EnvFactory = Callable[..., Env]
+
+_REGISTRY: dict[str, str | EnvFactory] = {
+    "CartPole-v1": "environments.classic_control.cartpole:CartPole",
+    "Acrobot-v1": "environments.classic_control.acrobot:Acrobot",
+    "MountainCar-v0": "environments.classic_control.mountain_car:MountainCar",
+    "MountainCarContinuous-v0": (
+        "environments.classic_control.continuous_mountain_car:MountainCarContinuous"
+    ),
+    "Pendulum-v1": "environments.classic_control.pendulum:Pendulum",
+    "tag_continuous": "environments.tag_continuous.env:TagContinuous",
+    "tag_gridworld": "environments.tag_gridworld.env:TagGridWorld",
+}
+
+
+def register(name: str, entry: str | EnvFactory, *, overwrite: bool = False) -> None:
+    """Registers ``entry`` (an `Env` class, a factory, or ``"module:attr"``) as ``name``."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"env name must be a non-empty string, got {name!r}")
+    if name in _REGISTRY and not overwrite:
+        raise ValueError(f"an env named {name!r} is registered already (pass overwrite=True)")
+    if not (isinstance(entry, str) or callable(entry)):
+        raise TypeError(f"entry must be callable or 'module:attr', got {type(entry).__name__}")
+    _REGISTRY[name] = entry
+
+
+def registered_envs() -> list[str]:
+    """Names of every registered environment, sorted."""
+    return sorted(_REGISTRY)
+
+
+def _load(name: str) -> EnvFactory:
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown env {name!r}; registered envs: {', '.join(registered_envs())}")
+    entry = _REGISTRY[name]
+    if isinstance(entry, str):
+        module, attr = entry.split(":")
+        entry = getattr(importlib.import_module(module), attr)
+    return entry
+
+
+def _static_keys(factory: EnvFactory) -> list[str]:
+    sig = inspect.signature(factory)
+    return [
+        p.name
+        for p in sig.parameters.values()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
+    ]
+
+
+def split_overrides(
+    factory: EnvFactory, overrides: dict[str, Any], default_params: EnvParams | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Splits ``overrides`` into constructor arguments and `EnvParams` fields.
+
+    Raises ``ValueError`` naming every key that is neither.
+    """
+    static = _static_keys(factory)
+    param_fields = (
+        [f.name for f in dataclasses.fields(default_params)] if default_params is not None else []
+    )
+    unknown = [k for k in overrides if k not in static and k not in param_fields]
+    if unknown:
+        raise ValueError(
+            f"unknown override(s) {unknown} for {getattr(factory, '__name__', factory)}; "
+            f"constructor options: {static}; EnvParams fields: {param_fields}"
+        )
+    return (
+        {k: v for k, v in overrides.items() if k in static},
+        {k: v for k, v in overrides.items() if k not in static},
+    )
+
+
+def make(name: str, **overrides: Any) -> tuple[Env, EnvParams]:
+    """Builds the env registered as ``name``; returns ``(env, params)``.
+
+    ``overrides`` may name constructor options (static: shapes, counts) or fields of
+    the env's `EnvParams` (numbers). Unknown names raise ``ValueError``.
+    """
+    factory = _load(name)
+    static_keys = _static_keys(factory)
+    static = {k: v for k, v in overrides.items() if k in static_keys}
+    env = factory(**static)
+    _, param_over = split_overrides(factory, overrides, env.default_params)
+    params = env.default_params
+    if param_over:
+        params = params.replace(**param_over)
+    return env, params

@@ -1,0 +1,219 @@
+"""Batches of environments (`vectorize`) and jitted rollouts (`rollout`).
+
+Example:
+    >>> import jax, jaxdrive
+    >>> env, params = jaxdrive.make("CartPole-v1")
+    >>> venv = jaxdrive.vectorize(env, num_envs=8)
+    >>> state, ts = venv.reset(jax.random.key(0), params)
+    >>> ts.obs["agent"].shape
+    (8, 1, 4)
+    >>> out = jaxdrive.rollout(env, jaxdrive.random_policy(env), jax.random.key(1),
+    ...                        params, num_envs=8, num_steps=16)
+    >>> out.timesteps.reward["agent"].shape
+    (16, 8, 1)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxdrive.env import Env
+from jaxdrive.types import TimeStep
+from jaxdrive.wrappers import ResetPool, merge_reset
+
+__all__ = ["RolloutResult", "VecEnv", "random_policy", "rollout", "vectorize"]
+
+PolicyFn = Callable[[jax.Array, dict[str, jax.Array]], dict[str, jax.Array]]
+
+
+def _check_count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | jnp.integer):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if int(value) < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return int(value)
+
+
+class VecEnv:
+    """``num_envs`` copies of ``env`` stepped together with `jax.vmap`.
+
+    Every array gains a leading env axis ``N``: ``ts.obs[g]: [N, A_g, *O_g]``,
+    ``actions[g]: [N, A_g, *act_shape_g]``. Params are shared (not batched) unless
+    ``params_axis=0``. With ``auto_reset`` an env whose episode ended starts a new one
+    inside `step` (from ``reset_pool`` if given); the reset is computed under a
+    `lax.cond` on "any env done", so steps where no episode ends pay nothing for it.
+    """
+
+    def __init__(
+        self,
+        env: Env,
+        num_envs: int,
+        *,
+        auto_reset: bool = True,
+        reset_pool: ResetPool | None = None,
+        keep_final_obs: bool = False,
+        params_axis: int | None = None,
+    ):
+        self.env = env
+        self.num_envs = _check_count("num_envs", num_envs)
+        self.auto_reset = bool(auto_reset)
+        self.reset_pool = reset_pool
+        self.keep_final_obs = bool(keep_final_obs)
+        self.params_axis = params_axis
+
+    # static description, forwarded
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return self.env.groups
+
+    def num_agents(self, group: str) -> int:
+        return self.env.num_agents(group)
+
+    def observation_space(self, group: str):
+        return self.env.observation_space(group)
+
+    def action_space(self, group: str):
+        return self.env.action_space(group)
+
+    @property
+    def default_params(self):
+        return self.env.default_params
+
+    def _single_reset(self, key, params):
+        if self.reset_pool is not None:
+            state, ts = self.reset_pool.sample(key)
+        else:
+            state, ts = self.env.reset(key, params)
+        if self.keep_final_obs:
+            ts = ts.replace(extras={**ts.extras, "final_obs": ts.obs})
+        return state, ts
+
+    def reset(self, key: jax.Array, params=None) -> tuple[Any, TimeStep]:
+        """Resets all envs with independent keys; returns batched ``(state, ts)``."""
+        params = self.env.default_params if params is None else params
+        keys = jax.random.split(key, self.num_envs)
+        return jax.vmap(self._single_reset, in_axes=(0, self.params_axis))(keys, params)
+
+    def step(self, key: jax.Array, state: Any, actions: Any, params=None) -> tuple[Any, TimeStep]:
+        """Steps all envs; ``actions[g]: [N, A_g, *act_shape_g]``."""
+        params = self.env.default_params if params is None else params
+        if not isinstance(actions, dict) and len(self.groups) == 1:
+            actions = {self.groups[0]: actions}
+        if isinstance(actions, dict):
+            for g, a in actions.items():
+                if getattr(a, "ndim", 0) < 1 or a.shape[0] != self.num_envs:
+                    raise ValueError(
+                        f"actions['{g}'] must have a leading env axis of size {self.num_envs}, "
+                        f"got shape {getattr(a, 'shape', None)}"
+                    )
+        k_step, k_reset = jax.random.split(key)
+        keys = jax.random.split(k_step, self.num_envs)
+        state, ts = jax.vmap(self.env.step, in_axes=(0, 0, 0, self.params_axis))(
+            keys, state, actions, params
+        )
+        if not self.auto_reset:
+            return state, ts
+        keep = self.keep_final_obs
+
+        def with_reset(operand):
+            state, ts = operand
+            r_keys = jax.random.split(k_reset, self.num_envs)
+            r_state, r_ts = jax.vmap(self._single_reset, in_axes=(0, self.params_axis))(
+                r_keys, params
+            )
+            return jax.vmap(lambda d, s, t, rs, rt: merge_reset(d, s, t, rs, rt, keep))(
+                ts.done, state, ts, r_state, r_ts
+            )
+
+        def without_reset(operand):
+            state, ts = operand
+            if keep:
+                ts = ts.replace(extras={**ts.extras, "final_obs": ts.obs})
+            return state, ts
+
+        return jax.lax.cond(jnp.any(ts.done), with_reset, without_reset, (state, ts))
+
+
+def vectorize(env: Env, num_envs: int, **kwargs: Any) -> VecEnv:
+    """``num_envs`` copies of ``env`` as a `VecEnv` (see its docstring for options)."""
+    return VecEnv(env, num_envs, **kwargs)
+
+
+@functools.lru_cache(maxsize=64)
+def random_policy(env: Env) -> PolicyFn:
+    """A policy drawing uniform actions: ``(key, obs {g: [N, A_g, ...]}) -> actions``."""
+
+    def policy(key: jax.Array, obs: dict[str, jax.Array]) -> dict[str, jax.Array]:
+        n = next(iter(obs.values())).shape[0]
+        keys = jax.random.split(key, len(env.groups))
+        return {
+            g: env.action_space(g).sample(k, (n, env.num_agents(g)))
+            for g, k in zip(env.groups, keys, strict=True)
+        }
+
+    return policy
+
+
+@struct.dataclass
+class RolloutResult:
+    """A rollout of ``T`` steps of ``N`` envs.
+
+    first: `TimeStep` after reset, leaves ``[N, ...]``.
+    actions: ``{g: [T, N, A_g, *act_shape_g]}``; ``actions[t]`` was taken on the obs of
+      step ``t − 1`` (``first`` for ``t = 0``).
+    timesteps: `TimeStep` leaves ``[T, N, ...]``, the result of each step.
+    state: the batched env state after the last step.
+    """
+
+    first: TimeStep
+    actions: dict[str, jax.Array]
+    timesteps: TimeStep
+    state: Any
+
+
+def rollout(
+    env: Env,
+    policy_fn: PolicyFn,
+    key: jax.Array,
+    params: Any = None,
+    num_envs: int = 1,
+    num_steps: int = 1,
+    *,
+    auto_reset: bool = True,
+    reset_pool: ResetPool | None = None,
+) -> RolloutResult:
+    """Resets ``num_envs`` envs and steps them ``num_steps`` times under one jitted scan.
+
+    ``policy_fn(key, obs)`` maps ``{g: [N, A_g, *O_g]}`` to ``{g: [N, A_g, *act]}``.
+    """
+    num_envs = _check_count("num_envs", num_envs)
+    num_steps = _check_count("num_steps", num_steps)
+    params = env.default_params if params is None else params
+    return _rollout_jit(
+        env, policy_fn, num_envs, num_steps, bool(auto_reset), key, params, reset_pool
+    )
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def _rollout_jit(env, policy_fn, num_envs, num_steps, auto_reset, key, params, reset_pool):
+    venv = VecEnv(env, num_envs, auto_reset=auto_reset, reset_pool=reset_pool)
+    k_reset, k_run = jax.random.split(key)
+    state, ts = venv.reset(k_reset, params)
+
+    def body(carry, k):
+        state, ts = carry
+        k_act, k_env = jax.random.split(k)
+        actions = policy_fn(k_act, ts.obs)
+        state, ts_next = venv.step(k_env, state, actions, params)
+        return (state, ts_next), (actions, ts_next)
+
+    (state, _), (actions, timesteps) = jax.lax.scan(
+        body, (state, ts), jax.random.split(k_run, num_steps)
+    )
+    return RolloutResult(first=ts, actions=actions, timesteps=timesteps, state=state)

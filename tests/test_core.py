@@ -1,0 +1,243 @@
+"""Tests of the jaxdrive core: spaces, action checks, wrappers, vectorize, rollout, registry."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from toy_envs import Counter, CounterParams
+
+import jaxdrive
+from jaxdrive import Box, Discrete, MultiDiscrete
+
+
+# ----------------------------------------------------------------------------- spaces
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 50), batch=st.integers(1, 64), seed=st.integers(0, 2**31 - 1))
+def test_discrete_sample_in_space(n, batch, seed):
+    space = Discrete(n)
+    x = space.sample(jax.random.key(seed), (batch,))
+    assert x.shape == (batch,) and x.dtype == jnp.int32
+    assert bool(space.contains(x))
+    assert not bool(space.contains(jnp.asarray([n])))
+    assert not bool(space.contains(jnp.asarray([-1])))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    nvec=st.lists(st.integers(1, 30), min_size=1, max_size=4),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_multidiscrete_sample_in_space(nvec, seed):
+    space = MultiDiscrete(nvec)
+    x = space.sample(jax.random.key(seed), (100,))
+    assert x.shape == (100, len(nvec))
+    assert bool(space.contains(x))
+    assert np.all(np.asarray(x).max(0) < np.asarray(nvec))
+    assert not bool(space.contains(jnp.asarray(nvec)[None]))
+    assert not bool(space.contains(x.astype(jnp.float32)))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    low=st.floats(-10, 0),
+    width=st.floats(0.01, 10),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_box_sample_in_space(low, width, seed):
+    space = Box(low, low + width, (3,))
+    x = space.sample(jax.random.key(seed), (50,))
+    assert x.shape == (50, 3) and x.dtype == jnp.float32
+    assert bool(space.contains(x))
+    assert not bool(space.contains(x + 2 * width + 1))
+    assert not bool(space.contains(x.astype(jnp.int32)))
+
+
+def test_box_unbounded_sample_is_finite():
+    space = Box(-jnp.inf, jnp.inf, (4,))
+    x = space.sample(jax.random.key(0), (10,))
+    assert bool(jnp.all(jnp.isfinite(x))) and bool(space.contains(x))
+
+
+def test_bad_spaces():
+    with pytest.raises(ValueError, match="n >= 1"):
+        Discrete(0)
+    with pytest.raises(ValueError, match="every n >= 1"):
+        MultiDiscrete([3, 0])
+    with pytest.raises(ValueError, match="low <= high"):
+        Box(1.0, 0.0, (2,))
+
+
+# ----------------------------------------------------------------------- env contract
+@pytest.fixture(scope="module")
+def env():
+    return Counter()
+
+
+def test_conformance_toy(env):
+    report = jaxdrive.testing.check_env(env)
+    assert report["episodes"] >= 1
+
+
+def test_action_errors(env):
+    state, _ = env.reset(jax.random.key(0))
+    good = env.sample_actions(jax.random.key(1))
+    env.step(jax.random.key(2), state, good)  # no error
+    with pytest.raises(ValueError, match=r"actions\['red'\] must have shape \(2,\)"):
+        env.step(jax.random.key(2), state, {**good, "red": jnp.zeros((3,), jnp.int32)})
+    with pytest.raises(ValueError, match="must be integers"):
+        env.step(jax.random.key(2), state, {**good, "red": jnp.zeros((2,), jnp.float32)})
+    with pytest.raises(ValueError, match="outside Discrete"):
+        env.step(jax.random.key(2), state, {**good, "blue": jnp.asarray([0, 3, 1])})
+    with pytest.raises(ValueError, match="missing"):
+        env.step(jax.random.key(2), state, {"red": good["red"]})
+    with pytest.raises(ValueError, match="pass actions as a dict"):
+        env.step(jax.random.key(2), state, good["red"])
+    # Shape errors are raised at trace time under jit too.
+    with pytest.raises(ValueError, match="must have shape"):
+        jax.jit(env.step)(jax.random.key(2), state, {**good, "red": jnp.zeros((5,), jnp.int32)})
+
+
+# ---------------------------------------------------------------------------- wrappers
+def test_episode_stats_match_numpy(env):
+    wenv = jaxdrive.EpisodeStats(env)
+    params = CounterParams(step_reward=0.5)
+    state, ts = wenv.reset(jax.random.key(0), params)
+    step = jax.jit(wenv.step)
+    total = 0.0
+    for i in range(env.length):
+        state, ts = step(
+            jax.random.key(i), state, env.sample_actions(jax.random.key(100 + i)), params
+        )
+        total += 0.5
+        np.testing.assert_allclose(ts.extras["episode_return"]["red"], total)
+        assert int(ts.extras["episode_length"]) == i + 1
+        if bool(ts.done):
+            break
+
+
+def test_time_limit_truncates(env):
+    wenv = jaxdrive.TimeLimit(Counter(length=100, goal=1000), max_steps=3)
+    assert wenv.episode_length == 3
+    state, ts = wenv.reset(jax.random.key(0))
+    for i in range(3):
+        state, ts = wenv.step(jax.random.key(i), state, env.sample_actions(jax.random.key(i)))
+        assert bool(ts.done) == (i == 2)
+    assert bool(jnp.all(ts.truncated["red"])) and not bool(jnp.any(ts.terminated["red"]))
+    with pytest.raises(ValueError, match="max_steps >= 1"):
+        jaxdrive.TimeLimit(env, 0)
+
+
+def test_normalize_observation_running_stats():
+    env = Counter(num_red=3, num_blue=3, length=50, goal=1000)
+    wenv = jaxdrive.NormalizeObservation(env)
+    state, ts = wenv.reset(jax.random.key(0))
+    raw = [np.asarray(env._obs(state.inner)["red"])]
+    step = jax.jit(wenv.step)
+    for i in range(10):
+        state, ts = step(jax.random.key(i), state, env.sample_actions(jax.random.key(50 + i)))
+        raw.append(np.asarray(env._obs(state.inner)["red"]))
+    raw = np.concatenate(raw)
+    np.testing.assert_allclose(state.mean["red"], raw.mean(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(state.var["red"], raw.var(0), rtol=1e-4, atol=1e-5)
+    expect = np.clip((raw[-3:] - raw.mean(0)) / np.sqrt(raw.var(0) + 1e-8), -10, 10)
+    np.testing.assert_allclose(ts.obs["red"], expect, rtol=1e-4, atol=1e-4)
+
+
+def test_auto_reset_single_env(env):
+    wenv = jaxdrive.AutoReset(jaxdrive.EpisodeStats(env), keep_final_obs=True)
+    state, ts = wenv.reset(jax.random.key(0))
+    step = jax.jit(wenv.step)
+    dones = 0
+    for i in range(30):
+        prev_t = int(state.inner.t)
+        state, ts = step(jax.random.key(i), state, env.sample_actions(jax.random.key(7 * i)))
+        if bool(ts.done):
+            dones += 1
+            # new episode: time back to zero in state and obs; final obs keeps the old time
+            assert int(state.inner.t) == 0 and float(ts.obs["red"][0, 1]) == 0.0
+            assert float(ts.extras["final_obs"]["red"][0, 1]) == prev_t + 1
+            assert int(ts.extras["episode_length"]) == prev_t + 1
+            assert int(state.episode_length) == 0
+        else:
+            assert int(state.inner.t) == prev_t + 1
+    assert dones >= 3
+
+
+def test_reset_pool_fixed_start(env):
+    pool = jaxdrive.make_reset_pool(env, jax.random.key(3), size=1)
+    assert pool.size == 1
+    venv = jaxdrive.vectorize(env, 6, reset_pool=pool)
+    state, ts = venv.reset(jax.random.key(0))
+    np.testing.assert_array_equal(state.pos, np.broadcast_to(pool.state.pos, state.pos.shape))
+    pool4 = jaxdrive.make_reset_pool(env, jax.random.key(3), size=4)
+    state, _ = jaxdrive.vectorize(env, 64, reset_pool=pool4).reset(jax.random.key(1))
+    rows = {tuple(r) for r in np.asarray(state.pos)}
+    assert rows <= {tuple(r) for r in np.asarray(pool4.state.pos)} and len(rows) > 1
+    with pytest.raises(ValueError, match="size >= 1"):
+        jaxdrive.make_reset_pool(env, jax.random.key(0), size=0)
+
+
+# ---------------------------------------------------------------- vectorize / rollout
+def test_vectorize_auto_reset_matches_per_env_semantics(env):
+    venv = jaxdrive.vectorize(jaxdrive.EpisodeStats(env), 16)
+    state, ts = venv.reset(jax.random.key(0))
+    step = jax.jit(venv.step)
+    pol = jaxdrive.random_policy(env)
+    lengths = []
+    for i in range(25):
+        prev_t = np.asarray(state.inner.t)
+        state, ts = step(jax.random.key(i), state, pol(jax.random.key(99 + i), ts.obs))
+        done = np.asarray(ts.done)
+        t = np.asarray(state.inner.t)
+        np.testing.assert_array_equal(t[done], 0)
+        np.testing.assert_array_equal(t[~done], prev_t[~done] + 1)
+        lengths += list(np.asarray(ts.extras["episode_length"])[done])
+    assert lengths and all(1 <= n <= env.length for n in lengths)
+
+
+def test_vectorize_errors(env):
+    with pytest.raises(ValueError, match="num_envs must be >= 1"):
+        jaxdrive.vectorize(env, 0)
+    with pytest.raises(ValueError, match="num_envs must be >= 1"):
+        jaxdrive.vectorize(env, -5)
+    with pytest.raises(TypeError, match="num_envs must be an integer"):
+        jaxdrive.vectorize(env, 2.5)
+    venv = jaxdrive.vectorize(env, 4)
+    state, _ = venv.reset(jax.random.key(0))
+    with pytest.raises(ValueError, match="leading env axis of size 4"):
+        venv.step(jax.random.key(0), state, env.sample_actions(jax.random.key(0)))
+
+
+def test_rollout_shapes_no_retrace_and_determinism(env):
+    traces = {"n": 0}
+
+    def policy(key, obs):
+        traces["n"] += 1
+        return jaxdrive.random_policy(env)(key, obs)
+
+    out1 = jaxdrive.rollout(env, policy, jax.random.key(0), num_envs=8, num_steps=12)
+    out2 = jaxdrive.rollout(env, policy, jax.random.key(0), num_envs=8, num_steps=12)
+    assert traces["n"] == 1
+    jaxdrive.testing.assert_trees_equal(out1, out2, "rollout with the same key")
+    assert out1.timesteps.obs["blue"].shape == (12, 8, 3, 2)
+    assert out1.actions["red"].shape == (12, 8, 2)
+    with pytest.raises(ValueError, match="num_steps must be >= 1"):
+        jaxdrive.rollout(env, policy, jax.random.key(0), num_envs=2, num_steps=0)
+
+
+# ---------------------------------------------------------------------------- registry
+def test_registry_errors_and_register():
+    with pytest.raises(ValueError, match="registered envs: .*CartPole-v1"):
+        jaxdrive.make("NoSuchEnv-v0")
+    jaxdrive.register("toy-counter", Counter, overwrite=True)
+    env, params = jaxdrive.make("toy-counter", num_red=4, step_reward=2.0)
+    assert env.num_agents("red") == 4 and params.step_reward == 2.0
+    with pytest.raises(ValueError, match=r"unknown override\(s\) \['nonsense'\]"):
+        jaxdrive.make("toy-counter", nonsense=3)
+    with pytest.raises(ValueError, match="registered already"):
+        jaxdrive.register("toy-counter", Counter)
+    assert "toy-counter" in jaxdrive.registered_envs()
