@@ -171,7 +171,8 @@ def check_actions(env: Env, actions: Any) -> dict[str, jax.Array]:
                 f"{env.name}: actions['{g}'] must be floats for {space}, got dtype {a.dtype}"
             )
         if not isinstance(a, jax.core.Tracer):
-            ok = bool(np.asarray(space.contains(np.asarray(a).astype(space.dtype))))
+            with jax.ensure_compile_time_eval():
+                ok = bool(np.asarray(space.contains(np.asarray(a).astype(space.dtype))))
             if not ok:
                 raise ValueError(
                     f"{env.name}: actions['{g}'] has values outside {space}: "

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from toy_envs import Counter, CounterParams
+from tests.toy_envs import Counter, CounterParams
 
 import jaxdrive
 from jaxdrive import Box, Discrete, MultiDiscrete
