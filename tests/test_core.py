@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.toy_envs import Counter, CounterParams
 
 import jaxdrive
 from jaxdrive import Box, Discrete, MultiDiscrete
+from tests.toy_envs import Counter, CounterParams
 
 
 # ----------------------------------------------------------------------------- spaces
