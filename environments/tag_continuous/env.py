@@ -1,0 +1,564 @@
+"""TagContinuous: taggers chase runners on a continuous square, in plain JAX.
+
+Follows /work/shared/specs/tag.md (the semantics of WarpDrive 2.7.1's NumPy
+``example_envs.tag_continuous.TagContinuous``), float32 throughout. See `TagContinuous`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from environments.tag_continuous import neighbors
+from jaxdrive.env import Env
+from jaxdrive.spaces import Box, MultiDiscrete
+from jaxdrive.types import EnvParams, TimeStep
+
+__all__ = [
+    "TagContinuous",
+    "TagContinuousParams",
+    "TagState",
+    "action_values",
+    "validate_params",
+]
+
+_TWO_PI = np.float32(2.0 * np.pi)
+_EPS = np.float32(1e-10)
+_SQRT2 = np.float32(np.sqrt(2.0))
+_IMPLS = ("auto", "jax", "pallas")
+_KERNELS = "environments.tag_continuous.kernels"
+
+
+@struct.dataclass
+class TagContinuousParams(EnvParams):
+    """Numeric parameters of TagContinuous (a pytree; vmappable). Defaults: WarpDrive's.
+
+    WarpDrive's run config ``tag_continuous.yaml`` uses ``grid_length=20``,
+    ``max/min_acceleration=±0.1``, ``max/min_turn=±2.356``, ``tag_reward_for_tagger=10``,
+    ``tag_penalty_for_runner=-10``, ``tagging_distance=0.02``.
+    """
+
+    grid_length: float = 10.0  # L, side of the square [0, L]²
+    max_speed: float = 1.0
+    skill_level_tagger: float = 1.0  # speed cap of a tagger = max_speed · skill
+    skill_level_runner: float = 1.0
+    min_acceleration: float = -1.0
+    max_acceleration: float = 1.0
+    min_turn: float = -math.pi / 2
+    max_turn: float = math.pi / 2
+    edge_hit_penalty: float = 0.0  # <= 0, added when an agent is clipped at an edge
+    tagging_distance: float = 0.01  # in [0, 1], a fraction of L
+    tag_reward_for_tagger: float = 1.0
+    tag_penalty_for_runner: float = -1.0
+    step_penalty_for_tagger: float = 0.0
+    step_reward_for_runner: float = 0.0
+    end_of_game_reward_for_runner: float = 1.0
+
+
+def _concrete(v: Any) -> bool:
+    return not isinstance(v, jax.core.Tracer)
+
+
+def validate_params(params: TagContinuousParams) -> TagContinuousParams:
+    """Checks ``params`` when its values are concrete (eager); traced values pass as is.
+
+    Raises ``ValueError`` naming the field: ``grid_length > 0``, ``max_speed > 0``,
+    skill levels ``>= 0``, ``min_acceleration <= max_acceleration``,
+    ``min_turn <= max_turn``, ``edge_hit_penalty <= 0``, ``0 <= tagging_distance <= 1``,
+    and every value finite. Returns ``params`` unchanged.
+    """
+    if not isinstance(params, TagContinuousParams):
+        raise ValueError(f"TagContinuous needs TagContinuousParams, got {type(params).__name__}")
+    vals: dict[str, float] = {}
+    for f in dataclasses.fields(params):
+        v = getattr(params, f.name)
+        if not _concrete(v):
+            continue
+        a = np.asarray(v)
+        if a.size == 1:
+            vals[f.name] = float(a)
+        elif not np.all(np.isfinite(a)):  # batched params (vmapped): check elementwise
+            raise ValueError(f"TagContinuousParams.{f.name} must be finite, got {a}")
+    for name, v in vals.items():
+        if not math.isfinite(v):
+            raise ValueError(f"TagContinuousParams.{name} must be finite, got {v}")
+
+    def need(cond: bool, msg: str) -> None:
+        if not cond:
+            raise ValueError(f"TagContinuousParams: {msg}")
+
+    g = vals.get
+    if g("grid_length") is not None:
+        need(g("grid_length") > 0, f"grid_length must be > 0, got {g('grid_length')}")
+    if g("max_speed") is not None:
+        need(g("max_speed") > 0, f"max_speed must be > 0, got {g('max_speed')}")
+    for name in ("skill_level_tagger", "skill_level_runner"):
+        if g(name) is not None:
+            need(g(name) >= 0, f"{name} must be >= 0, got {g(name)}")
+    for lo, hi in (("min_acceleration", "max_acceleration"), ("min_turn", "max_turn")):
+        if g(lo) is not None and g(hi) is not None:
+            need(g(lo) <= g(hi), f"{lo} ({g(lo)}) must be <= {hi} ({g(hi)})")
+    if g("edge_hit_penalty") is not None:
+        need(
+            g("edge_hit_penalty") <= 0,
+            f"edge_hit_penalty must be <= 0, got {g('edge_hit_penalty')}",
+        )
+    if g("tagging_distance") is not None:
+        td = g("tagging_distance")
+        need(0.0 <= td <= 1.0, f"tagging_distance must be in [0, 1] (a fraction of L), got {td}")
+    return params
+
+
+@struct.dataclass
+class TagState:
+    """State of one TagContinuous env; ``M`` agents in id order (taggers and runners)."""
+
+    x: jax.Array  # [M] float32, in [0, L]
+    y: jax.Array  # [M] float32, in [0, L]
+    speed: jax.Array  # [M] float32, in [0, max_speed · skill]
+    direction: jax.Array  # [M] float32, θ in [0, 2π)
+    acceleration: jax.Array  # [M] float32
+    in_game: jax.Array  # [M] bool, False once a runner is tagged (with runner exits)
+    t: jax.Array  # [] int32, steps taken this episode
+
+
+def action_values(lo: jax.Array, hi: jax.Array, levels: int) -> jax.Array:
+    """The action table ``[levels + 1]`` float32: ``0`` (no-op), then ``levels`` values
+    evenly spaced from ``lo`` to ``hi`` (the float32 arithmetic of ``np.linspace``)."""
+    lo = jnp.asarray(lo, jnp.float32)
+    hi = jnp.asarray(hi, jnp.float32)
+    if levels == 1:
+        vals = lo[None]
+    else:
+        # Bit-exact with NumPy under jit: ``+ lo * 0`` keeps XLA from turning the division
+        # by a constant into a multiplication by its rounded reciprocal, and the select
+        # between the product and the sum keeps them from being contracted into an FMA.
+        div = jnp.float32(levels - 1) + lo * 0
+        step = (hi - lo) / div
+        prod = jnp.arange(levels, dtype=jnp.float32) * step
+        prod = jnp.where(prod == prod, prod, jnp.float32(0))
+        vals = (prod + lo).at[-1].set(hi)
+    return jnp.concatenate([jnp.zeros((1,), jnp.float32), vals])
+
+
+@dataclasses.dataclass(frozen=True)
+class TagContinuous(Env[TagState, TagContinuousParams]):
+    """Taggers chase runners on the continuous square ``[0, L]²`` (WarpDrive's TagContinuous).
+
+    Dimension letters: ``T`` taggers, ``R`` runners, ``M = T + R`` agents, ``k``
+    neighbours observed (partial observation), ``E`` episode length.
+
+    Static configuration (the constructor; what fixes shapes and code paths):
+      num_taggers, num_runners: ``T >= 1``, ``R >= 1``.
+      episode_length: ``E >= 1``.
+      use_full_observation: observe every other agent (``7(M−1)+1`` values) instead of
+        the ``k`` nearest (``7k+1``). WarpDrive's class defaults to full, its run config
+        to partial; here the default is partial, which scales to many agents.
+      num_other_agents_observed: ``k`` in ``[1, M−1]`` (partial observation only).
+      num_acceleration_levels, num_turn_levels: action levels (>= 1).
+      runner_exits_game_after_tagged: a tagged runner leaves the game (frozen, zero reward).
+      tagger_ids: which agent ids ``0..M−1`` are taggers (stored sorted). WarpDrive draws
+        them at random once per env; here the default is the first ``T`` ids
+        ``(0, …, T−1)``, and any fixed choice may be given.
+      impl: ``"jax"`` (the plain-JAX neighbour searches of `neighbors`), ``"pallas"``
+        (``environments.tag_continuous.kernels``; ``interpret=True`` off GPU) or
+        ``"auto"`` (Pallas on GPU, JAX elsewhere).
+
+    Groups: ``"tagger"`` (``T`` agents, the tagger ids in increasing order) and
+    ``"runner"`` (the other ids, increasing). Agent type: tagger 1, runner 0.
+
+    Actions: per agent ``MultiDiscrete([num_acceleration_levels + 1, num_turn_levels + 1])``
+    with index 0 the no-op and ``i >= 1`` the ``(i−1)``-th value of
+    ``linspace(min, max, levels)`` (see `action_values`).
+
+    Observation of agent ``i``, feature-major, float32: for each neighbour ``j`` the
+    relative ``Δx/(√2 L)``, ``Δy/(√2 L)``, ``Δspeed/(max_speed+1e-10)``,
+    ``Δa/(max_speed+1e-10)``, ``Δθ/(2π)`` (``Δ = value_j − value_i``), then ``type_j``
+    and ``in_game_j``: first all neighbours' Δx, then all Δy, …, then all in-game flags,
+    and last ``t/E``.
+      * full: neighbours are all ``j != i`` in id order; an agent out of the game sees
+        zeros in the five relative features and the time, but the types and flags.
+      * partial: the ``k`` nearest ``j != i`` still in the game, nearest first (ties by
+        lower id), zero padded; an agent out of the game sees all zeros.
+    The observation is that of the state returned: after tagging (WarpDrive builds the
+    step's observation before tagging, so its flags lag one step), and `reset` returns
+    the real observation at ``t = 0`` (WarpDrive's partial observation at reset is zeros).
+
+    Step (spec steps 1–9): turn, accelerate, cap the speed at ``max_speed · skill``,
+    move and clip into the square (edge penalty), step rewards, tagging (each in-game
+    runner's nearest tagger, lowest index on ties; within ``tagging_distance · L`` the
+    runner gets ``tag_penalty_for_runner`` and that tagger ``tag_reward_for_tagger``,
+    once per runner, so a tagger may collect several), end-of-game reward at ``t+1 = E``.
+
+    TimeStep: ``active`` = in the game after the step. ``terminated`` marks a runner on
+    the step it is tagged out, and every agent that was in the game when the episode
+    ends (``t+1 >= E`` or no runner left): ``E`` is part of the game (the observation
+    holds ``t/E`` and runners get an end-of-game reward), so it is a termination, not a
+    truncation; ``truncated`` is always False (wrap in `jaxdrive.TimeLimit` to cut
+    earlier). ``extras``: ``num_runners_left`` (int32 []) and ``num_tags`` (int32 [],
+    runners tagged this step; 0 at reset).
+
+    Start: ``x, y`` uniform in ``[0, L]``, ``θ`` uniform in ``{0, π/2, π, 3π/2}``, speed and
+    acceleration 0, all in the game. Each reset draws a fresh start from its key; a fixed
+    start (as WarpDrive) is a reset pool of size 1: ``jaxdrive.make_reset_pool(env, key,
+    1)`` passed to ``AutoReset``/``VecEnv(reset_pool=...)``.
+
+    Cost per env step: ``O(M)`` dynamics, ``O(R·T)`` nearest-tagger search, and
+    ``O(M²)`` observations: partial observation searches the ``k`` nearest over ``M²``
+    distances in row blocks (a ``[~2**20 / M, M]`` tile, see `neighbors`); full
+    observation writes ``M·(7(M−1)+1)`` floats.
+
+    Example:
+        >>> import jax
+        >>> from environments.tag_continuous import TagContinuous
+        >>> env = TagContinuous(num_taggers=2, num_runners=5, num_other_agents_observed=3)
+        >>> params = env.make_params(tagging_distance=0.05)
+        >>> state, ts = env.reset(jax.random.key(0), params)
+        >>> ts.obs["tagger"].shape, ts.obs["runner"].shape
+        ((2, 22), (5, 22))
+        >>> state, ts = env.step(jax.random.key(1), state, env.sample_actions(jax.random.key(2)),
+        ...                      params)
+        >>> ts.reward["runner"].shape
+        (5,)
+    """
+
+    num_taggers: int = 1
+    num_runners: int = 10
+    episode_length: int = 100
+    use_full_observation: bool = False
+    num_other_agents_observed: int = 2
+    num_acceleration_levels: int = 10
+    num_turn_levels: int = 10
+    runner_exits_game_after_tagged: bool = True
+    tagger_ids: tuple[int, ...] | None = None
+    impl: str = "auto"
+
+    def __post_init__(self) -> None:
+        def count(name: str, lo: int) -> int:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | np.integer):
+                raise ValueError(f"TagContinuous: {name} must be an integer, got {v!r}")
+            if int(v) < lo:
+                raise ValueError(f"TagContinuous: {name} must be >= {lo}, got {v}")
+            object.__setattr__(self, name, int(v))
+            return int(v)
+
+        t = count("num_taggers", 1)
+        r = count("num_runners", 1)
+        count("episode_length", 1)
+        count("num_acceleration_levels", 1)
+        count("num_turn_levels", 1)
+        m = t + r
+        object.__setattr__(self, "use_full_observation", bool(self.use_full_observation))
+        object.__setattr__(
+            self, "runner_exits_game_after_tagged", bool(self.runner_exits_game_after_tagged)
+        )
+        k = self.num_other_agents_observed
+        if isinstance(k, bool) or not isinstance(k, int | np.integer):
+            raise ValueError(
+                f"TagContinuous: num_other_agents_observed must be an integer, got {k!r}"
+            )
+        object.__setattr__(self, "num_other_agents_observed", int(k))
+        if not self.use_full_observation and not 1 <= int(k) <= m - 1:
+            raise ValueError(
+                f"TagContinuous: num_other_agents_observed must be in [1, M-1] = [1, {m - 1}] "
+                f"for partial observation (M = {t} taggers + {r} runners), got {k}"
+            )
+        if self.impl not in _IMPLS:
+            raise ValueError(f"TagContinuous: impl must be one of {_IMPLS}, got {self.impl!r}")
+        ids = self.tagger_ids
+        if ids is None:
+            ids = tuple(range(t))
+        else:
+            try:
+                ids = tuple(int(i) for i in ids)
+            except TypeError as e:
+                raise ValueError(f"TagContinuous: tagger_ids must be a tuple of ints: {e}") from e
+            if len(ids) != t or len(set(ids)) != t or not all(0 <= i < m for i in ids):
+                raise ValueError(
+                    f"TagContinuous: tagger_ids must be {t} distinct ids in [0, {m - 1}], "
+                    f"got {self.tagger_ids}"
+                )
+            ids = tuple(sorted(ids))
+        object.__setattr__(self, "tagger_ids", ids)
+
+    # ----- static description ----------------------------------------------------------
+    @property
+    def num_agents_total(self) -> int:
+        """``M = T + R``."""
+        return self.num_taggers + self.num_runners
+
+    @property
+    def runner_ids(self) -> tuple[int, ...]:
+        """The runner agent ids, increasing."""
+        taggers = set(self.tagger_ids)
+        return tuple(i for i in range(self.num_agents_total) if i not in taggers)
+
+    @property
+    def is_tagger(self) -> np.ndarray:
+        """``[M]`` bool, True for the tagger ids."""
+        a = np.zeros(self.num_agents_total, bool)
+        a[list(self.tagger_ids)] = True
+        return a
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return ("tagger", "runner")
+
+    def group_ids(self, group: str) -> tuple[int, ...]:
+        """The agent ids of ``group``, in the group's order."""
+        if group == "tagger":
+            return self.tagger_ids
+        if group == "runner":
+            return self.runner_ids
+        raise ValueError(f"TagContinuous has groups ('tagger', 'runner'), got {group!r}")
+
+    def num_agents(self, group: str) -> int:
+        return len(self.group_ids(group))
+
+    @property
+    def obs_size(self) -> int:
+        """Values per observation: ``7(M−1)+1`` (full) or ``7k+1`` (partial)."""
+        n = (
+            self.num_agents_total - 1
+            if self.use_full_observation
+            else self.num_other_agents_observed
+        )
+        return 7 * n + 1
+
+    def observation_space(self, group: str) -> Box:
+        self.group_ids(group)
+        return Box(-np.inf, np.inf, (self.obs_size,), jnp.float32)
+
+    def action_space(self, group: str) -> MultiDiscrete:
+        self.group_ids(group)
+        return MultiDiscrete([self.num_acceleration_levels + 1, self.num_turn_levels + 1])
+
+    @property
+    def default_params(self) -> TagContinuousParams:
+        return TagContinuousParams()
+
+    def make_params(self, **overrides: Any) -> TagContinuousParams:
+        """Default params with ``overrides`` (field names of `TagContinuousParams`), checked
+        by `validate_params`; unknown names raise ``ValueError``."""
+        names = {f.name for f in dataclasses.fields(TagContinuousParams)}
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise ValueError(
+                f"unknown TagContinuousParams field(s) {unknown}; fields: {sorted(names)}"
+            )
+        return validate_params(TagContinuousParams(**overrides))
+
+    # ----- helpers ------------------------------------------------------------------
+    def _resolved_impl(self) -> str:
+        if self.impl != "auto":
+            return self.impl
+        return "pallas" if jax.default_backend() == "gpu" else "jax"
+
+    def _search_module(self):
+        """The module providing ``nearest_k``/``nearest_tagger`` and the kwargs to pass."""
+        if self._resolved_impl() == "pallas":
+            try:
+                kernels = importlib.import_module(_KERNELS)
+            except ModuleNotFoundError as e:
+                if self.impl == "auto" and e.name == _KERNELS:
+                    return neighbors, {}
+                raise
+            return kernels, {"interpret": jax.default_backend() != "gpu"}
+        return neighbors, {}
+
+    def split_groups(self, arr: jax.Array) -> dict[str, jax.Array]:
+        """``[M, ...]`` in id order -> ``{g: [A_g, ...]}`` (static gathers or slices)."""
+        out = {}
+        for g in self.groups:
+            ids = self.group_ids(g)
+            if ids == tuple(range(ids[0], ids[0] + len(ids))):
+                out[g] = arr[ids[0] : ids[0] + len(ids)]
+            else:
+                out[g] = arr[np.asarray(ids, np.int32)]
+        return out
+
+    def merge_groups(self, per_group: dict[str, jax.Array]) -> jax.Array:
+        """``{g: [A_g, ...]}`` -> ``[M, ...]`` in id order."""
+        cat = jnp.concatenate([per_group["tagger"], per_group["runner"]], axis=0)
+        perm = np.asarray(self.tagger_ids + self.runner_ids)
+        if np.array_equal(perm, np.arange(perm.size)):
+            return cat
+        return cat[np.argsort(perm)]
+
+    @staticmethod
+    def _f32(params: TagContinuousParams) -> TagContinuousParams:
+        return jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), params)
+
+    def _types(self) -> jax.Array:
+        return jnp.asarray(self.is_tagger, jnp.float32)  # [M], tagger 1, runner 0
+
+    # ----- observations ----------------------------------------------------------------
+    def observe(self, state: TagState, params: TagContinuousParams) -> jax.Array:
+        """Every agent's observation of ``state``, in id order: ``[M, obs_size]`` float32."""
+        p = self._f32(params)
+        m = self.num_agents_total
+        diag = p.grid_length * _SQRT2
+        ms = p.max_speed + _EPS
+        base = jnp.stack(  # [5, M]
+            [state.x, state.y, state.speed, state.acceleration, state.direction]
+        )
+        scale = jnp.stack([diag, diag, ms, ms, jnp.float32(_TWO_PI)])[:, None, None]
+        types = self._types()
+        g = state.in_game
+        gf = g.astype(jnp.float32)
+        time = state.t.astype(jnp.float32) / jnp.float32(self.episode_length)
+        if self.use_full_observation:
+            cols = jnp.arange(m - 1, dtype=jnp.int32)[None, :]
+            rows = jnp.arange(m, dtype=jnp.int32)[:, None]
+            others = cols + (cols >= rows)  # [M, M-1]: j != i in id order
+            rel = (base[:, others] - base[:, :, None]) / scale * gf[None, :, None]
+            flags = jnp.stack([types[others], gf[others]])  # [2, M, M-1]
+            feats = jnp.concatenate([rel, flags])  # [7, M, M-1]
+        else:
+            search, kw = self._search_module()
+            k = self.num_other_agents_observed
+            idx, valid = search.nearest_k(state.x, state.y, g, k, **kw)  # [M, k]
+            mask = (valid & g[:, None]).astype(jnp.float32)  # [M, k]
+            rel = (base[:, idx] - base[:, :, None]) / scale * mask[None]
+            flags = jnp.stack([types[idx] * mask, gf[idx] * mask])  # [2, M, k]
+            feats = jnp.concatenate([rel, flags])  # [7, M, k]
+        feats = jnp.transpose(feats, (1, 0, 2)).reshape(m, -1)
+        return jnp.concatenate([feats, (time * gf)[:, None]], axis=1)
+
+    def global_state(self, state: TagState, params: TagContinuousParams) -> jax.Array:
+        """A flat ``[7M+1]`` float32 view: ``x/L, y/L, speed/max_speed, θ/(2π),
+        a/max_speed, type, in_game`` (each ``[M]``, id order), then ``t/E``."""
+        p = self._f32(params)
+        ms = p.max_speed + _EPS
+        return jnp.concatenate(
+            [
+                state.x / p.grid_length,
+                state.y / p.grid_length,
+                state.speed / ms,
+                state.direction / _TWO_PI,
+                state.acceleration / ms,
+                self._types(),
+                state.in_game.astype(jnp.float32),
+                (state.t.astype(jnp.float32) / jnp.float32(self.episode_length))[None],
+            ]
+        )
+
+    def _timestep(
+        self,
+        state: TagState,
+        params: TagContinuousParams,
+        reward: jax.Array,
+        terminated: jax.Array,
+        done: jax.Array,
+        num_tags: jax.Array,
+    ) -> TimeStep:
+        obs = self.observe(state, params)
+        runners_left = jnp.sum(self.split_groups(state.in_game)["runner"]).astype(jnp.int32)
+        return TimeStep(
+            obs=self.split_groups(obs),
+            reward=self.split_groups(reward),
+            terminated=self.split_groups(terminated),
+            truncated=self.split_groups(jnp.zeros_like(terminated)),
+            active=self.split_groups(state.in_game),
+            done=done,
+            extras={"num_runners_left": runners_left, "num_tags": num_tags.astype(jnp.int32)},
+        )
+
+    # ----- dynamics --------------------------------------------------------------------
+    def reset_env(self, key: jax.Array, params: TagContinuousParams) -> tuple[TagState, TimeStep]:
+        """A fresh random start drawn from ``key``; the real observation at ``t = 0``."""
+        validate_params(params)
+        p = self._f32(params)
+        m = self.num_agents_total
+        u = jax.random.uniform(key, (3, m), jnp.float32)  # one draw: cheaper to compile
+        zeros = jnp.zeros((m,), jnp.float32)
+        quarter = jnp.minimum(jnp.floor(u[2] * 4.0), 3.0)  # uniform in {0, 1, 2, 3}
+        state = TagState(
+            x=u[0] * p.grid_length,
+            y=u[1] * p.grid_length,
+            speed=zeros,
+            direction=quarter * jnp.float32(np.pi / 2),
+            acceleration=zeros,
+            in_game=jnp.ones((m,), bool),
+            t=jnp.zeros((), jnp.int32),
+        )
+        false = jnp.zeros((m,), bool)
+        ts = self._timestep(state, params, zeros, false, jnp.asarray(False), jnp.int32(0))
+        return state, ts
+
+    def step_env(
+        self,
+        key: jax.Array,
+        state: TagState,
+        actions: dict[str, jax.Array],
+        params: TagContinuousParams,
+    ) -> tuple[TagState, TimeStep]:
+        """One step of every agent (spec steps 1–9); ``key`` is unused (deterministic)."""
+        del key
+        validate_params(params)
+        p = self._f32(params)
+        is_tagger = jnp.asarray(self.is_tagger)
+        act = self.merge_groups(actions)  # [M, 2] int32
+        d_acc = action_values(p.min_acceleration, p.max_acceleration, self.num_acceleration_levels)
+        d_turn = action_values(p.min_turn, p.max_turn, self.num_turn_levels)
+        d_acc, d_turn = d_acc[act[:, 0]], d_turn[act[:, 1]]
+
+        g = state.in_game  # [M] in the game at the start of the step
+        gf = g.astype(jnp.float32)
+        L = p.grid_length
+        # 1-4: turn, accelerate, cap the speed, drop the acceleration at a bound.
+        theta = jnp.mod(state.direction + d_turn, jnp.float32(_TWO_PI)) * gf
+        acc = state.acceleration + d_acc
+        cap = p.max_speed * jnp.where(is_tagger, p.skill_level_tagger, p.skill_level_runner)
+        speed = jnp.clip(state.speed + acc, 0.0, cap) * gf
+        acc = acc * ((speed > 0) & (speed < cap)).astype(jnp.float32)
+        # 5: move, clip into the square.
+        x = state.x + speed * jnp.cos(theta)
+        y = state.y + speed * jnp.sin(theta)
+        crossed = ~((x >= 0) & (x <= L) & (y >= 0) & (y <= L))
+        x = jnp.clip(x, 0.0, L)
+        y = jnp.clip(y, 0.0, L)
+        # 6: edge penalty and step rewards for agents in the game.
+        step_reward = jnp.where(is_tagger, p.step_penalty_for_tagger, p.step_reward_for_runner)
+        reward = jnp.where(g, p.edge_hit_penalty * crossed.astype(jnp.float32) + step_reward, 0.0)
+        # 7: tagging: each in-game runner against its nearest tagger.
+        xs, ys, gs = self.split_groups(x), self.split_groups(y), self.split_groups(g)
+        search, kw = self._search_module()
+        nearest, dist2 = search.nearest_tagger(
+            xs["runner"], ys["runner"], xs["tagger"], ys["tagger"], **kw
+        )
+        tagged = gs["runner"] & (jnp.sqrt(dist2) < p.tagging_distance * L)  # [R]
+        tag_f = tagged.astype(jnp.float32)
+        tagger_gain = jax.ops.segment_sum(
+            tag_f * p.tag_reward_for_tagger, nearest, num_segments=self.num_taggers
+        )  # [T], race-free: a tagger collects once per runner it tags
+        reward = reward + self.merge_groups(
+            {"tagger": tagger_gain, "runner": tag_f * p.tag_penalty_for_runner}
+        )
+        in_game = g
+        if self.runner_exits_game_after_tagged:
+            in_game = g & ~self.merge_groups(
+                {"tagger": jnp.zeros_like(gs["tagger"]), "runner": tagged}
+            )
+        # 8: end-of-game reward; 9: done.
+        t = state.t + 1
+        end = t == self.episode_length
+        reward = reward + jnp.where(
+            end & in_game & ~is_tagger, p.end_of_game_reward_for_runner, 0.0
+        )
+        runners_left = jnp.sum(self.split_groups(in_game)["runner"])
+        done = (t >= self.episode_length) | (runners_left == 0)
+        terminated = (g & ~in_game) | (done & g)
+        new = TagState(
+            x=x, y=y, speed=speed, direction=theta, acceleration=acc, in_game=in_game, t=t
+        )
+        ts = self._timestep(new, params, reward, terminated, done, jnp.sum(tagged))
+        return new, ts

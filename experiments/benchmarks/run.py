@@ -1,0 +1,187 @@
+r"""One benchmark command: ``python -m experiments.benchmarks.run --suite=<name>``.
+
+Suites:
+  env      Tag env-only stepping at the configs of ../shared/bench (both impls).
+  env_big  the 10 envs × (100+10,000 agents) Tag config (both impls).
+  classic  CartPole env-only stepping at 1e3..1e6 envs (gymnax's scheme).
+  quick    tiny sizes of the above, for CPUs and the test suite.
+
+Prints a table and appends one JSON line per measurement to ``--out``.
+``--compare=PATH[,PATH]`` reads anchor JSON lines (../shared/bench/results/*/results.jsonl)
+and prints ratios against the matching anchor figures.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from typing import Any
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("suite", "quick", "env | env_big | classic | quick")
+flags.DEFINE_string("out", "experiments/benchmarks/results/results.jsonl", "JSON-lines output")
+flags.DEFINE_string("impls", "jax,pallas", "Tag neighbour-search paths to time")
+flags.DEFINE_integer("num_steps", 100, "steps per timed call")
+flags.DEFINE_integer("repeats", 5, "timed calls (median reported)")
+flags.DEFINE_string(
+    "compare", "", "comma-separated anchor JSONL files or globs (e.g. ../shared/bench/results/*/*)"
+)
+
+# The env section of WarpDrive's tag_continuous.yaml (counts and observation set per row).
+WARPDRIVE_TAG_ENV = dict(
+    grid_length=20.0,
+    episode_length=500,
+    max_acceleration=0.1,
+    min_acceleration=-0.1,
+    max_turn=2.356,
+    min_turn=-2.356,
+    num_acceleration_levels=20,
+    num_turn_levels=20,
+    skill_level_runner=1.0,
+    skill_level_tagger=1.0,
+    max_speed=1.0,
+    runner_exits_game_after_tagged=True,
+    tag_reward_for_tagger=10.0,
+    tag_penalty_for_runner=-10.0,
+    step_penalty_for_tagger=0.0,
+    step_reward_for_runner=0.0,
+    edge_hit_penalty=0.0,
+    end_of_game_reward_for_runner=1.0,
+    tagging_distance=0.02,
+)
+
+# (num_envs, taggers, runners, full_obs, k)
+TAG_CONFIGS = {
+    "env": [
+        (2000, 5, 995, False, 10),
+        (1000, 10, 100, False, 10),
+        (1000, 10, 100, True, 10),
+        (100, 10, 100, False, 10),
+        (100, 10, 100, True, 10),
+    ],
+    "env_big": [(10, 100, 10_000, False, 10)],
+    "quick": [(8, 2, 6, False, 3), (8, 2, 6, True, 3)],
+}
+CLASSIC_SIZES = {"classic": [1_000, 10_000, 100_000, 1_000_000], "quick": [64]}
+
+
+def make_tag(taggers: int, runners: int, full: bool, k: int, impl: str):
+    """The WarpDrive-config TagContinuous with the given counts (via the registry)."""
+    import jaxdrive
+
+    kw = dict(WARPDRIVE_TAG_ENV)
+    kw.update(
+        num_taggers=taggers,
+        num_runners=runners,
+        use_full_observation=full,
+        num_other_agents_observed=k,
+        impl=impl,
+    )
+    return jaxdrive.make("tag_continuous", **kw)
+
+
+def run_suite(suite: str, num_steps: int, repeats: int, impls: list[str]) -> list[dict[str, Any]]:
+    """Runs one suite; returns its records (also used by the tests at tiny sizes)."""
+    import jaxdrive
+    from experiments.benchmarks.timing import device_info, time_env_steps
+
+    info = device_info()
+    records = []
+    for n, t, r, full, k in TAG_CONFIGS.get(suite, []):
+        for impl in impls:
+            env, params = make_tag(t, r, full, k, impl)
+            rec = time_env_steps(env, params, n, num_steps, repeats)
+            rec.update(
+                bench="tag_continuous_env",
+                impl=impl,
+                num_taggers=t,
+                num_runners=r,
+                use_full_observation=full,
+                num_other_agents_observed=k,
+                **info,
+            )
+            records.append(rec)
+            print(_row(rec), flush=True)
+    for n in CLASSIC_SIZES.get(suite, []):
+        env, params = jaxdrive.make("CartPole-v1")
+        rec = time_env_steps(env, params, n, num_steps if suite != "classic" else 1000, repeats)
+        rec.update(bench="cartpole_env", impl="jax", **info)
+        records.append(rec)
+        print(_row(rec), flush=True)
+    return records
+
+
+def _row(rec: dict[str, Any]) -> str:
+    what = (
+        f"{rec['num_envs']}x({rec.get('num_taggers', '')}+{rec.get('num_runners', '')})"
+        f" {'full' if rec.get('use_full_observation') else 'k=' + str(rec.get('num_other_agents_observed', ''))}"
+        if rec["bench"] == "tag_continuous_env"
+        else f"{rec['num_envs']} envs"
+    )
+    mem = rec.get("peak_memory_bytes")
+    mem_s = f"{mem / 2**30:7.2f} GiB" if mem else "      n/a"
+    return (
+        f"{rec['bench']:<20} {what:<26} {rec['impl']:<7} {rec['env_steps_per_s']:>14,.0f} env/s "
+        f"{rec['agent_steps_per_s']:>16,.0f} agent/s {rec['ms_per_batch_step']:>9.3f} ms/step "
+        f"{mem_s}  compile {rec['compile_s']:.1f}s"
+    )
+
+
+def load_anchors(spec: str) -> list[dict[str, Any]]:
+    """Anchor records from comma-separated files or globs."""
+    out = []
+    for part in filter(None, spec.split(",")):
+        for path in sorted(glob.glob(part)):
+            with open(path, encoding="utf8") as fp:
+                for line in fp:
+                    line = line.strip()
+                    if line.startswith("{"):
+                        rec = json.loads(line)
+                        if rec.get("env_steps_per_s") and rec.get("kind") != "breakdown":
+                            out.append(rec)
+    return out
+
+
+def compare(records: list[dict[str, Any]], anchors: list[dict[str, Any]]) -> list[str]:
+    """Lines ``ours / anchor`` for records with a matching anchor config."""
+    lines = []
+    for rec in records:
+        for a in anchors:
+            same = False
+            if rec["bench"] == "tag_continuous_env" and a.get("bench") == "A1_warpdrive_tag_env":
+                same = (
+                    a["num_envs"] == rec["num_envs"]
+                    and a["num_taggers"] == rec["num_taggers"]
+                    and a["num_runners"] == rec["num_runners"]
+                    and bool(a["use_full_observation"]) == bool(rec["use_full_observation"])
+                )
+            elif rec["bench"] == "cartpole_env" and a.get("bench") == "B_gymnax":
+                same = a.get("num_envs") == rec["num_envs"] and a.get("env") == "CartPole-v1"
+            if same:
+                ratio = rec["env_steps_per_s"] / a["env_steps_per_s"]
+                lines.append(
+                    f"{_row(rec)[:60]}  vs {a['bench']} {a['env_steps_per_s']:,.0f}: {ratio:8.1f}x"
+                )
+    return lines
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    impls = [s for s in FLAGS.impls.split(",") if s]
+    records = run_suite(FLAGS.suite, FLAGS.num_steps, FLAGS.repeats, impls)
+    for rec in records:
+        from experiments.benchmarks.timing import append_jsonl
+
+        append_jsonl(FLAGS.out, rec)
+    if FLAGS.compare:
+        print("\nratios against anchors:")
+        for line in compare(records, load_anchors(FLAGS.compare)):
+            print(line)
+    print(f"\n{len(records)} results appended to {os.path.abspath(FLAGS.out)}")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,137 @@
+"""Timing helpers for the benchmarks: env-only stepping and training throughput.
+
+Env-only stepping: one jitted program resets ``N`` envs (outside the timed region),
+then runs a `lax.scan` of ``T`` steps; each step draws uniform random actions on the
+device, steps every env (auto-reset on), and folds reward and an observation checksum
+into the carry so nothing is dead-code-eliminated. The last timestep is part of the
+carry, so every step's observations are materialised. Compile is excluded; the
+figure is the median over ``repeats`` timed calls, each ended by
+``block_until_ready``. No host transfer happens inside a timed call.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+import jaxdrive
+
+__all__ = [
+    "append_jsonl",
+    "device_info",
+    "peak_memory_bytes",
+    "time_compiled",
+    "time_env_steps",
+]
+
+
+def device_info() -> dict[str, Any]:
+    """Device kind, count, backend, jax version, host, date (UTC)."""
+    d = jax.devices()[0]
+    return {
+        "device": getattr(d, "device_kind", str(d)),
+        "backend": jax.default_backend(),
+        "num_devices": jax.device_count(),
+        "jax": jax.__version__,
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def peak_memory_bytes() -> int | None:
+    """Peak bytes in use on device 0 so far (None where the backend does not say)."""
+    try:
+        stats = jax.devices()[0].memory_stats()
+    except Exception:  # CPU backends may not implement it
+        return None
+    return None if not stats else int(stats.get("peak_bytes_in_use", 0))
+
+
+def time_compiled(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float]]:
+    """Calls ``fn`` once (compile + warm-up) then ``repeats`` times; returns
+    ``(first_call_seconds, [seconds per timed call])``."""
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn())
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t0)
+    return first, times
+
+
+def time_env_steps(
+    env: jaxdrive.Env,
+    params: Any,
+    num_envs: int,
+    num_steps: int,
+    repeats: int = 5,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Times env-only stepping (see the module docstring); returns a result record."""
+    venv = jaxdrive.vectorize(env, num_envs, auto_reset=True)
+    policy = jaxdrive.random_policy(env)
+
+    @jax.jit
+    def reset(key):
+        return venv.reset(key, params)
+
+    @jax.jit
+    def run(key, state, ts):
+        def body(carry, k):
+            state, ts, acc = carry
+            k_act, k_env = jax.random.split(k)
+            actions = policy(k_act, ts.obs)
+            state, ts = venv.step(k_env, state, actions, params)
+            acc = acc + sum(jnp.sum(r) for r in ts.reward.values())
+            acc = acc + sum(jnp.sum(o[:, :, -1]) for o in ts.obs.values())
+            acc = acc + jnp.sum(ts.done)
+            return (state, ts, acc), None
+
+        keys = jax.random.split(key, num_steps)
+        (state, ts, acc), _ = jax.lax.scan(body, (state, ts, jnp.zeros((), jnp.float32)), keys)
+        return state, ts, acc
+
+    state, ts = jax.block_until_ready(reset(jax.random.key(seed)))
+    t0 = time.perf_counter()
+    compiled = run.lower(jax.random.key(seed + 1), state, ts).compile()
+    compile_s = time.perf_counter() - t0
+    holder = {"i": 0}
+
+    def call():
+        holder["i"] += 1
+        return compiled(jax.random.key(seed + holder["i"]), state, ts)
+
+    first, times = time_compiled(call, repeats)
+    med = statistics.median(times)
+    agents = env.total_agents
+    return {
+        "num_envs": num_envs,
+        "num_agents": agents,
+        "num_steps": num_steps,
+        "repeats": repeats,
+        "compile_s": round(compile_s, 3),
+        "seconds_median": med,
+        "seconds_all": [round(t, 6) for t in times],
+        "env_steps_per_s": num_envs * num_steps / med,
+        "agent_steps_per_s": num_envs * num_steps * agents / med,
+        "ms_per_batch_step": 1e3 * med / num_steps,
+        "peak_memory_bytes": peak_memory_bytes(),
+    }
+
+
+def append_jsonl(path: str, record: dict[str, Any]) -> None:
+    """Appends ``record`` as one JSON line to ``path`` (creating folders)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a", encoding="utf8") as fp:
+        fp.write(json.dumps(record, default=str) + "\n")
