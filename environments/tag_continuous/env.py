@@ -531,9 +531,10 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         reward = jnp.where(g, p.edge_hit_penalty * crossed.astype(jnp.float32) + step_reward, 0.0)
         # 7: tagging: each in-game runner against its nearest tagger.
         xs, ys, gs = self.split_groups(x), self.split_groups(y), self.split_groups(g)
-        search, kw = self._search_module()
-        nearest, dist2 = search.nearest_tagger(
-            xs["runner"], ys["runner"], xs["tagger"], ys["tagger"], **kw
+        # Plain JAX on every path: XLA fuses this O(R·T) search with the step, and the
+        # Pallas version measured slower on an H100 (kernels.py docstring).
+        nearest, dist2 = neighbors.nearest_tagger(
+            xs["runner"], ys["runner"], xs["tagger"], ys["tagger"]
         )
         tagged = gs["runner"] & (jnp.sqrt(dist2) < p.tagging_distance * L)  # [R]
         tag_f = tagged.astype(jnp.float32)

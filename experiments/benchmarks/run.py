@@ -115,12 +115,11 @@ def run_suite(suite: str, num_steps: int, repeats: int, impls: list[str]) -> lis
 
 
 def _row(rec: dict[str, Any]) -> str:
-    what = (
-        f"{rec['num_envs']}x({rec.get('num_taggers', '')}+{rec.get('num_runners', '')})"
-        f" {'full' if rec.get('use_full_observation') else 'k=' + str(rec.get('num_other_agents_observed', ''))}"
-        if rec["bench"] == "tag_continuous_env"
-        else f"{rec['num_envs']} envs"
-    )
+    if rec["bench"] == "tag_continuous_env":
+        obs = "full" if rec["use_full_observation"] else f"k={rec['num_other_agents_observed']}"
+        what = f"{rec['num_envs']}x({rec['num_taggers']}+{rec['num_runners']}) {obs}"
+    else:
+        what = f"{rec['num_envs']} envs"
     mem = rec.get("peak_memory_bytes")
     mem_s = f"{mem / 2**30:7.2f} GiB" if mem else "      n/a"
     return (
