@@ -401,37 +401,49 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         return jnp.asarray(self.is_tagger, jnp.float32)  # [M], tagger 1, runner 0
 
     # ----- observations ----------------------------------------------------------------
-    def observe(self, state: TagState, params: TagContinuousParams) -> jax.Array:
-        """Every agent's observation of ``state``, in id order: ``[M, obs_size]`` float32."""
+    def observe(
+        self, state: TagState, params: TagContinuousParams, rows: tuple[int, int] | None = None
+    ) -> jax.Array:
+        """Observations of agents ``rows = (lo, hi)`` (default all), in id order:
+        ``[hi − lo, obs_size]`` float32.
+
+        Full observation is built without gathers: neighbour slot ``j'`` of agent ``i`` is
+        agent ``j' + (j' >= i)``, a select between two shifted feature rows, so XLA emits
+        one elementwise pass that writes each observation once.
+        """
         p = self._f32(params)
         m = self.num_agents_total
+        lo, hi = (0, m) if rows is None else rows
         diag = p.grid_length * _SQRT2
         ms = p.max_speed + _EPS
-        base = jnp.stack(  # [5, M]
-            [state.x, state.y, state.speed, state.acceleration, state.direction]
-        )
-        scale = jnp.stack([diag, diag, ms, ms, jnp.float32(_TWO_PI)])[:, None, None]
-        types = self._types()
         g = state.in_game
         gf = g.astype(jnp.float32)
+        feats = jnp.stack(  # [7, M]: the five relative features, then type and in-game
+            [state.x, state.y, state.speed, state.acceleration, state.direction]
+            + [self._types(), gf]
+        )
+        relative = np.array([1, 1, 1, 1, 1, 0, 0], np.float32)[None, :, None]  # [1, 7, 1]
+        one = jnp.float32(1.0)
+        scale = jnp.stack([diag, diag, ms, ms, jnp.float32(_TWO_PI), one, one])[None, :, None]
+        own = feats[:, lo:hi].T[:, :, None]  # [n, 7, 1]
+        g_own = gf[lo:hi][:, None, None]  # [n, 1, 1]
         time = state.t.astype(jnp.float32) / jnp.float32(self.episode_length)
         if self.use_full_observation:
-            cols = jnp.arange(m - 1, dtype=jnp.int32)[None, :]
-            rows = jnp.arange(m, dtype=jnp.int32)[:, None]
-            others = cols + (cols >= rows)  # [M, M-1]: j != i in id order
-            rel = (base[:, others] - base[:, :, None]) / scale * gf[None, :, None]
-            flags = jnp.stack([types[others], gf[others]])  # [2, M, M-1]
-            feats = jnp.concatenate([rel, flags])  # [7, M, M-1]
+            i = jnp.arange(lo, hi, dtype=jnp.int32)[:, None, None]  # [n, 1, 1]
+            j = jnp.arange(m - 1, dtype=jnp.int32)[None, None, :]  # [1, 1, M-1]
+            other = jnp.where(j >= i, feats[None, :, 1:], feats[None, :, :-1])  # [n, 7, M-1]
+            # relative features are zero for an agent out of the game; flags stay
+            keep = jnp.where(relative > 0, g_own, 1.0)
+            out = (other - own * relative) / scale * keep  # [n, 7, M-1]
         else:
             search, kw = self._search_module()
             k = self.num_other_agents_observed
             idx, valid = search.nearest_k(state.x, state.y, g, k, **kw)  # [M, k]
-            mask = (valid & g[:, None]).astype(jnp.float32)  # [M, k]
-            rel = (base[:, idx] - base[:, :, None]) / scale * mask[None]
-            flags = jnp.stack([types[idx] * mask, gf[idx] * mask])  # [2, M, k]
-            feats = jnp.concatenate([rel, flags])  # [7, M, k]
-        feats = jnp.transpose(feats, (1, 0, 2)).reshape(m, -1)
-        return jnp.concatenate([feats, (time * gf)[:, None]], axis=1)
+            mask = (valid[lo:hi] & g[lo:hi, None]).astype(jnp.float32)[:, None, :]  # [n,1,k]
+            other = jnp.transpose(feats[:, idx[lo:hi]], (1, 0, 2))  # [n, 7, k]
+            out = (other - own * relative) / scale * mask  # [n, 7, k]
+        n = hi - lo
+        return jnp.concatenate([out.reshape(n, -1), (time * g_own[:, 0])], axis=1)
 
     def global_state(self, state: TagState, params: TagContinuousParams) -> jax.Array:
         """A flat ``[7M+1]`` float32 view: ``x/L, y/L, speed/max_speed, θ/(2π),
@@ -460,10 +472,15 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         done: jax.Array,
         num_tags: jax.Array,
     ) -> TimeStep:
-        obs = self.observe(state, params)
+        ids = {g: self.group_ids(g) for g in self.groups}
+        if all(i == tuple(range(i[0], i[0] + len(i))) for i in ids.values()):
+            # contiguous groups (the default): build each group's rows directly
+            obs = {g: self.observe(state, params, (i[0], i[0] + len(i))) for g, i in ids.items()}
+        else:
+            obs = self.split_groups(self.observe(state, params))
         runners_left = jnp.sum(self.split_groups(state.in_game)["runner"]).astype(jnp.int32)
         return TimeStep(
-            obs=self.split_groups(obs),
+            obs=obs,
             reward=self.split_groups(reward),
             terminated=self.split_groups(terminated),
             truncated=self.split_groups(jnp.zeros_like(terminated)),

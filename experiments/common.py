@@ -1,0 +1,367 @@
+"""Helpers shared by the experiment scripts (`experiments.train`, `experiments.evaluate`):
+run-folder config files, building env + trainer from a config, evaluation episodes on
+the device, and rollout animations.
+
+Run folder (``workdir``)::
+
+    config.json        the resolved config of the run
+    metrics.jsonl      one record per training iteration (jaxdrive.logging)
+    tb/                TensorBoard event files
+    checkpoints/<n>/   orbax checkpoints after n iterations
+    returns.png, losses.png   learning curves
+    summary.json       the last training session's timing and final returns
+    eval.json          written by experiments.evaluate
+    eval.jsonl         periodic evaluations during training (run.eval_every_chunks)
+    animation.gif      an episode of the trained policies (envs with a renderer)
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import inspect
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from jaxdrive.checkpoint import config_to_dict
+
+__all__ = [
+    "CONFIG_FILE",
+    "build",
+    "check_config",
+    "config_diff",
+    "default_workdir",
+    "describe_devices",
+    "evaluate_policy",
+    "find_renderer",
+    "load_config",
+    "parse_flags",
+    "quiet_orbax",
+    "render_rollout",
+    "run_settings",
+    "save_config",
+    "write_json",
+]
+
+CONFIG_FILE = "config.json"
+REQUIRED_KEYS = ("env_name", "algorithm", "seed")
+
+
+# ----- flags ------------------------------------------------------------------------------
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing (``app.run(main, flags_parser=parse_flags)``) with a clear
+    message and exit status 2 for a ``--config.<key>`` override naming no config key
+    (ml_collections raises a bare ``KeyError``/``AttributeError`` there)."""
+    import sys
+
+    from absl import flags
+
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        print(f"FATAL Flags parsing error: {e}", file=sys.stderr)
+        print("Pass --helpshort or --helpfull to see help on flags.", file=sys.stderr)
+        sys.exit(1)
+    except (AttributeError, KeyError) as e:
+        inner: BaseException = e  # AttributeError(KeyError("'key'\nDid you mean ..."))
+        while inner.args and isinstance(inner.args[0], BaseException):
+            inner = inner.args[0]
+        text = str(inner.args[0]) if inner.args else str(inner)
+        first, _, hint = text.partition("\n")
+        key = first.strip("'\"")
+        culprits = [
+            a.split("=", 1)[0]
+            for a in argv[1:]
+            if a.startswith("--config.") and key in a.split("=", 1)[0].split(".")
+        ]
+        where = culprits[0] if culprits else "a --config.<key> override"
+        parent = where[len("--") :].rsplit(".", 1)[0] if culprits else "config"
+        print(
+            f"error: {where} names no config key: {parent} has no key {key!r}. "
+            f"{hint.strip()}".rstrip(),
+            file=sys.stderr,
+        )
+        sys.exit(2)
+
+
+# ----- configs ----------------------------------------------------------------------------
+def check_config(config: Any) -> None:
+    """Raises ``ValueError`` when ``config`` lacks a key every script needs."""
+    if config is None:
+        raise ValueError("no config given: pass --config=experiments/configs/<env>.py")
+    missing = [k for k in REQUIRED_KEYS if k not in config]
+    if missing:
+        raise ValueError(f"config is missing the key(s) {missing} (required: {REQUIRED_KEYS})")
+
+
+def save_config(config: Any, path: str | os.PathLike) -> dict[str, Any]:
+    """Writes ``config`` resolved to plain JSON at ``path``; returns that dict."""
+    d = config_to_dict(config)
+    tmp = os.fspath(path) + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(d, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+    return d
+
+
+def load_config(workdir_or_path: str | os.PathLike) -> Any:
+    """The ``ml_collections.ConfigDict`` of a run folder's ``config.json`` (or a path).
+
+    Raises ``ValueError`` when there is no such file.
+    """
+    import ml_collections
+
+    path = os.fspath(workdir_or_path)
+    if os.path.isdir(path):
+        path = os.path.join(path, CONFIG_FILE)
+    if not os.path.isfile(path):
+        raise ValueError(
+            f"no {CONFIG_FILE} at {path}: --workdir must be a run folder written by "
+            "experiments.train"
+        )
+    with open(path) as f:
+        return ml_collections.ConfigDict(json.load(f))
+
+
+def config_diff(old: Any, new: Any, *, ignore: tuple[str, ...] = ("run",)) -> list[str]:
+    """Human-readable differences ``"algo.lr: 0.001 -> 0.0003"`` between two configs,
+    leaving out the top-level sections ``ignore`` (``run``: host-loop settings)."""
+    a, b = config_to_dict(old) or {}, config_to_dict(new) or {}
+    out: list[str] = []
+
+    def walk(x: Any, y: Any, prefix: str) -> None:
+        if isinstance(x, dict) and isinstance(y, dict):
+            for k in sorted(set(x) | set(y)):
+                if not prefix and k in ignore:
+                    continue
+                name = f"{prefix}.{k}" if prefix else k
+                if k not in x:
+                    out.append(f"{name}: (absent) -> {y[k]!r}")
+                elif k not in y:
+                    out.append(f"{name}: {x[k]!r} -> (absent)")
+                else:
+                    walk(x[k], y[k], name)
+        elif x != y:
+            out.append(f"{prefix}: {x!r} -> {y!r}")
+
+    walk(a, b, "")
+    return out
+
+
+def default_workdir(config: Any, root: str = "runs") -> str:
+    """``runs/<env_name>-<YYYYmmdd-HHMMSS>``."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return os.path.join(root, f"{config['env_name']}-{stamp}")
+
+
+_RUN_DEFAULTS = {
+    "iterations_per_chunk": 10,
+    "checkpoint_every_chunks": 10,
+    "keep_checkpoints": 3,
+    "eval_every_chunks": 0,
+    "eval_num_envs": 16,
+    "eval_deterministic": True,
+    "animate": None,
+    "animation_steps": 200,
+}
+
+
+def run_settings(config: Any) -> dict[str, Any]:
+    """``config.run`` (``iterations_per_chunk``, ``checkpoint_every_chunks``,
+    ``keep_checkpoints``, ``eval_every_chunks``, ``eval_num_envs``,
+    ``eval_deterministic``, ``animate``, ``animation_steps``) over the defaults."""
+    run = config_to_dict(config["run"]) if config.get("run") else {}
+    if not isinstance(run, dict):
+        raise ValueError(f"config.run must be a dict of host-loop settings, got {run!r}")
+    return {**_RUN_DEFAULTS, **run}
+
+
+def build(config: Any) -> tuple[Any, Any, Any]:
+    """``(env, env_params, trainer)`` for ``config``: ``jaxdrive.make(env_name,
+    **env_kwargs)`` then ``algorithms.make_train(config, env, env_params)``."""
+    import algorithms
+    import jaxdrive
+
+    check_config(config)
+    kwargs = config_to_dict(config["env_kwargs"]) if "env_kwargs" in config else {}
+    env, env_params = jaxdrive.make(config["env_name"], **(kwargs or {}))
+    trainer = algorithms.make_train(config, env, env_params)
+    return env, env_params, trainer
+
+
+def describe_devices() -> str:
+    """``"gpu: 1 × NVIDIA H100 ..."``: the backend and devices jax found."""
+    devs = jax.devices()
+    kinds = sorted({getattr(d, "device_kind", str(d)) for d in devs})
+    procs = f"process {jax.process_index()} of {jax.process_count()}"
+    return f"{jax.default_backend()}: {len(devs)} × {', '.join(kinds)} ({procs})"
+
+
+def quiet_orbax() -> None:
+    """Hides orbax-checkpoint's INFO lines (several per save) from absl logging."""
+    absl_logger = logging.get_absl_logger()
+    if not any(isinstance(f, _OrbaxInfoFilter) for f in absl_logger.filters):
+        absl_logger.addFilter(_OrbaxInfoFilter())
+
+
+class _OrbaxInfoFilter:
+    def filter(self, record: Any) -> bool:
+        return record.levelno >= 30 or f"{os.sep}orbax{os.sep}" not in record.pathname
+
+
+# ----- acting -----------------------------------------------------------------------------
+def _policy(trainer: Any, params_by_policy: Any, deterministic: bool):
+    """``(key, obs) -> actions`` from ``trainer.act``, deterministic where supported."""
+    if trainer.act is None:
+        raise ValueError("this trainer has no `act`: it cannot be evaluated or animated")
+    try:
+        accepts = "deterministic" in inspect.signature(trainer.act).parameters
+    except (TypeError, ValueError):
+        accepts = False
+
+    def policy(key, obs):
+        if accepts:
+            return trainer.act(params_by_policy, key, obs, deterministic=deterministic)
+        return trainer.act(params_by_policy, key, obs)
+
+    return policy
+
+
+def evaluate_policy(
+    env: Any,
+    env_params: Any,
+    trainer: Any,
+    params_by_policy: Any,
+    key: jax.Array,
+    *,
+    episodes: int = 16,
+    deterministic: bool = True,
+    max_steps: int | None = None,
+) -> dict[str, Any]:
+    """Plays ``episodes`` episodes in parallel on the device (one jitted scan).
+
+    Each of the ``episodes`` envs runs from reset until its first ``done`` (or
+    ``max_steps``, default the env's episode length or 1000); rewards after that are
+    masked out. Returns ``{"episodes", "deterministic", "max_steps", "episode_length":
+    mean, "returns": {g: {"mean", "std", "min", "max"}}}`` where an episode's return of
+    group ``g`` is the mean over its agents of each agent's summed reward.
+    """
+    import jaxdrive
+
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ValueError(f"episodes must be an integer >= 1, got {episodes!r}")
+    if max_steps is None:
+        max_steps = env.episode_length or 1000
+    max_steps = int(max_steps)
+    policy = _policy(trainer, params_by_policy, deterministic)
+    venv = jaxdrive.vectorize(env, episodes, auto_reset=False)
+    groups = env.groups
+
+    @jax.jit
+    def run(key):
+        k_reset, k_loop = jax.random.split(key)
+        state, ts = venv.reset(k_reset, env_params)
+        ret0 = {g: jnp.zeros((episodes, env.num_agents(g)), jnp.float32) for g in groups}
+        alive0 = jnp.ones((episodes,), bool)
+
+        def body(carry, k):
+            state, ts, ret, alive, length = carry
+            k_act, k_env = jax.random.split(k)
+            actions = policy(k_act, ts.obs)
+            state, ts = venv.step(k_env, state, actions, env_params)
+            ret = {g: ret[g] + jnp.where(alive[:, None], ts.reward[g], 0.0) for g in groups}
+            length = length + alive.astype(jnp.int32)
+            alive = alive & ~ts.done
+            return (state, ts, ret, alive, length), None
+
+        carry = (state, ts, ret0, alive0, jnp.zeros((episodes,), jnp.int32))
+        (_, _, ret, alive, length), _ = jax.lax.scan(
+            body, carry, jax.random.split(k_loop, max_steps)
+        )
+        return {g: ret[g].mean(axis=1) for g in groups}, length, alive
+
+    rets, length, alive = jax.device_get(run(key))
+    return {
+        "episodes": episodes,
+        "deterministic": bool(deterministic),
+        "max_steps": max_steps,
+        "unfinished": int(np.sum(alive)),
+        "episode_length": float(np.mean(length)),
+        "returns": {
+            g: {
+                "mean": float(np.mean(r)),
+                "std": float(np.std(r)),
+                "min": float(np.min(r)),
+                "max": float(np.max(r)),
+            }
+            for g, r in rets.items()
+        },
+    }
+
+
+# ----- animation --------------------------------------------------------------------------
+def find_renderer(env: Any) -> Any | None:
+    """``render(env, state, params) -> uint8 [H, W, 3]`` from the ``render`` module of the
+    env's package (``environments/<env>/render.py``), or ``None`` when it has none."""
+    base = getattr(env, "unwrapped", env)
+    package = type(base).__module__.rsplit(".", 1)[0]
+    try:
+        module = importlib.import_module(f"{package}.render")
+    except ImportError:
+        return None
+    return getattr(module, "render", None)
+
+
+def render_rollout(
+    env: Any,
+    env_params: Any,
+    trainer: Any,
+    params_by_policy: Any,
+    key: jax.Array,
+    path: str | os.PathLike,
+    *,
+    num_steps: int = 200,
+    deterministic: bool = True,
+    fps: float = 10,
+) -> str | None:
+    """Animates one episode of the trained policies into ``path`` (GIF).
+
+    Uses the env package's ``render`` and ``jaxdrive.render`` (`rollout_states`,
+    `animate`); returns the written path, or ``None`` (with a log line) when the env
+    has no renderer or the rendering helpers are missing.
+    """
+    render = find_renderer(env)
+    if render is None:
+        logging.info("no renderer for %s: skipping the animation", type(env).__name__)
+        return None
+    try:
+        from jaxdrive.render import animate, rollout_states
+    except ImportError as e:
+        logging.info("jaxdrive.render is unavailable (%s): skipping the animation", e)
+        return None
+    batched = _policy(trainer, params_by_policy, deterministic)
+
+    def one_env_policy(k, obs):  # obs {g: [A_g, ...]} -> add then drop an env axis
+        actions = batched(k, jax.tree.map(lambda o: o[None], obs))
+        return jax.tree.map(lambda a: a[0], actions)
+
+    states = rollout_states(env, one_env_policy, key, env_params, int(num_steps))
+    out = animate(states, lambda s: render(env, s, env_params), path, fps=fps)
+    return os.fspath(out)
+
+
+def write_json(path: str | os.PathLike, data: Mapping[str, Any]) -> None:
+    """Writes ``data`` as indented JSON (atomically: temp file then rename)."""
+    tmp = os.fspath(path) + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True, default=str)
+        f.write("\n")
+    os.replace(tmp, path)

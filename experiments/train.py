@@ -1,0 +1,236 @@
+"""Trains a config into a run folder.
+
+    python -m experiments.train --config=experiments/configs/tag_continuous.py \\
+        --config.num_envs=1000 --workdir=runs/tag
+
+Flags: ``--config`` (an ml_collections config file, ``path[:preset]``, with
+``--config.<key>=value`` overrides), ``--workdir`` (default
+``runs/<env_name>-<timestamp>``), ``--seed`` (overrides ``config.seed``), ``--resume``
+(default true: continue from the workdir's latest checkpoint), ``--progress`` (progress
+bar), ``--allow_config_change`` (resume although the config differs from the run's
+``config.json``), ``--animation`` (write ``animation.gif`` where the env has a renderer;
+default ``config.run.animate``, else true).
+
+The run folder layout is described in `experiments.common`. A run whose loss or
+parameters become NaN/Inf stops with `jaxdrive.loop.TrainingDivergedError` (exit
+status 1); its last good checkpoint stays in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import jax
+from absl import app, flags, logging
+
+from experiments import common
+from jaxdrive.checkpoint import latest_step
+from jaxdrive.logging import plot_curves, read_metrics
+from jaxdrive.loop import CHECKPOINT_DIR, TrainingDivergedError, train_loop
+
+__all__ = ["main", "run"]
+
+
+def _prepare_workdir(config: Any, workdir: str, *, resume: bool, allow_config_change: bool):
+    """Checks ``workdir`` against ``config`` and writes ``config.json``."""
+    path = os.path.join(workdir, common.CONFIG_FILE)
+    step = latest_step(os.path.join(workdir, CHECKPOINT_DIR))
+    if step is not None and not resume:
+        raise ValueError(
+            f"{workdir} holds a run (checkpoint at iteration {step}); pass --resume to "
+            "continue it or choose another --workdir"
+        )
+    if os.path.exists(path) and step is not None:
+        diffs = common.config_diff(common.load_config(workdir), config)
+        if diffs and not allow_config_change:
+            shown = "\n  ".join(diffs[:20]) + ("\n  ..." if len(diffs) > 20 else "")
+            raise ValueError(
+                f"--workdir {workdir} holds a run with a different config:\n  {shown}\n"
+                "use a fresh --workdir, or pass --allow_config_change to resume anyway"
+            )
+        if diffs:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            os.replace(path, os.path.join(workdir, f"config.{stamp}.json"))
+            logging.warning("config changed on resume (old one kept): %s", "; ".join(diffs))
+    if jax.process_index() == 0:
+        os.makedirs(workdir, exist_ok=True)
+        common.save_config(config, path)
+
+
+def run(
+    config: Any,
+    workdir: str | None = None,
+    *,
+    resume: bool = True,
+    progress: bool = True,
+    allow_config_change: bool = False,
+    animation: bool | None = None,
+) -> dict[str, Any]:
+    """Trains ``config`` into ``workdir``; returns the summary written to summary.json.
+
+    Raises ``ValueError`` for a bad config or a workdir holding another run, and
+    `TrainingDivergedError` when training diverges.
+    """
+    t0 = time.perf_counter()
+    common.quiet_orbax()
+    common.check_config(config)
+    workdir = workdir or common.default_workdir(config)
+    _prepare_workdir(config, workdir, resume=resume, allow_config_change=allow_config_change)
+    primary = jax.process_index() == 0
+    logging.info("run folder %s; devices %s", workdir, common.describe_devices())
+
+    env, env_params, trainer = common.build(config)
+    rs = common.run_settings(config)
+    ipc = int(rs["iterations_per_chunk"])
+    logging.info(
+        "%s on %s: %d iterations of %d env steps, chunks of %d",
+        config["algorithm"], config["env_name"], trainer.num_iterations,
+        trainer.env_steps_per_iteration, ipc,
+    )  # fmt: skip
+
+    on_chunk = None
+    eval_every = int(rs["eval_every_chunks"] or 0)
+    if eval_every > 0 and trainer.act is not None and trainer.get_params is not None:
+
+        def on_chunk(info):  # periodic evaluation episodes -> eval.jsonl
+            last = info.end_iteration == trainer.num_iterations
+            if (info.end_iteration // ipc) % eval_every and not last:
+                return False
+            res = common.evaluate_policy(
+                env, env_params, trainer, trainer.get_params(info.runner_state),
+                jax.random.PRNGKey(info.end_iteration), episodes=int(rs["eval_num_envs"]),
+                deterministic=bool(rs["eval_deterministic"]),
+            )  # fmt: skip
+            res = {"iteration": info.end_iteration, "env_steps": int(info.env_steps[-1]), **res}
+            if primary:
+                with open(os.path.join(workdir, "eval.jsonl"), "a") as f:
+                    f.write(json.dumps(res) + "\n")
+            logging.info("eval at iteration %d: %s", info.end_iteration, res["returns"])
+            return False
+
+    state, hist = train_loop(
+        trainer,
+        int(config["seed"]),
+        workdir,
+        iterations_per_chunk=ipc,
+        checkpoint_every_chunks=int(rs["checkpoint_every_chunks"]),
+        keep_checkpoints=int(rs["keep_checkpoints"]),
+        resume=resume,
+        progress=progress,
+        on_chunk=on_chunk,
+        check_config=not allow_config_change,
+        metadata={"env_name": config["env_name"], "algorithm": config["algorithm"]},
+    )
+
+    plots, gif = [], None
+    if primary:
+        plots = plot_curves(workdir)
+        if animation is None:
+            animation = rs["animate"] if rs["animate"] is not None else True
+        if animation and trainer.get_params is not None and trainer.act is not None:
+            gif = common.render_rollout(
+                env, env_params, trainer, trainer.get_params(state), jax.random.PRNGKey(1),
+                os.path.join(workdir, "animation.gif"), num_steps=int(rs["animation_steps"]),
+            )  # fmt: skip
+
+    records = read_metrics(workdir) if primary else []
+    last = records[-1]["metrics"] if records else {}
+    final_returns = {k: v for k, v in last.items() if k.startswith("episode_return")}
+    wall = time.perf_counter() - t0
+    summary = {
+        "workdir": os.path.abspath(workdir),
+        "devices": common.describe_devices(),
+        "iterations": int(records[-1]["iteration"]) if records else hist.start_iteration,
+        "num_iterations": trainer.num_iterations,
+        "env_steps": int(records[-1]["env_steps"]) if records else 0,
+        "resumed_from": hist.resumed_from,
+        "session_env_steps": hist.env_steps_done,
+        "wall_seconds": wall,
+        "compile_seconds": hist.compile_seconds,
+        "train_seconds": hist.train_seconds,
+        "env_steps_per_second": hist.env_steps_done / wall if wall > 0 else None,
+        "env_steps_per_second_excl_compile": hist.env_steps_per_second(),
+        "final_returns": final_returns,
+        "plots": plots,
+        "animation": gif,
+    }
+    if primary:
+        common.write_json(os.path.join(workdir, "summary.json"), summary)
+        _print_summary(summary)
+    return summary
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    def fmt(x):
+        return "-" if x is None or x != x else f"{x:,.0f}"
+
+    lines = [
+        f"run folder   {s['workdir']}",
+        f"devices      {s['devices']}",
+        f"iterations   {s['iterations']}/{s['num_iterations']}  env steps {s['env_steps']:,}"
+        + (f"  (resumed from {s['resumed_from']})" if s["resumed_from"] is not None else ""),
+        f"wall time    {s['wall_seconds']:.1f} s (compile {s['compile_seconds']:.1f} s, "
+        f"train {s['train_seconds']:.1f} s)",
+        f"throughput   {fmt(s['env_steps_per_second'])} env steps/s overall, "
+        f"{fmt(s['env_steps_per_second_excl_compile'])} excluding compile",
+        "final return " + (
+            "  ".join(f"{k.split('/', 1)[-1]}={v:.4g}" for k, v in s["final_returns"].items()
+                      if v is not None) or "-"
+        ),
+    ]  # fmt: skip
+    print("\n".join(lines), flush=True)
+
+
+def _define_flags() -> None:
+    from ml_collections import config_flags
+
+    config_flags.DEFINE_config_file(
+        "config", None, "config file, e.g. experiments/configs/cartpole.py[:preset]",
+        lock_config=True,
+    )  # fmt: skip
+    flags.DEFINE_string("workdir", None, "run folder (default runs/<env_name>-<timestamp>)")
+    flags.DEFINE_integer("seed", None, "overrides config.seed")
+    flags.DEFINE_bool("resume", True, "continue from the workdir's latest checkpoint")
+    flags.DEFINE_bool("progress", True, "show a progress bar")
+    flags.DEFINE_bool(
+        "allow_config_change", False, "resume even if the config differs from config.json"
+    )
+    flags.DEFINE_bool(
+        "animation", None, "write animation.gif (default: config.run.animate, else true)"
+    )
+    flags.mark_flag_as_required("config")
+
+
+def main(argv: list[str]) -> None:
+    """The absl entry point (flags defined by `_define_flags`)."""
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    FLAGS = flags.FLAGS
+    config = FLAGS.config
+    if FLAGS.seed is not None:
+        config.seed = FLAGS.seed
+    try:
+        run(
+            config,
+            FLAGS.workdir,
+            resume=FLAGS.resume,
+            progress=FLAGS.progress,
+            allow_config_change=FLAGS.allow_config_change,
+            animation=FLAGS.animation,
+        )
+    except TrainingDivergedError as e:
+        logging.error("training diverged: %s (the last good checkpoint is kept)", e)
+        print(f"training diverged: {e}", file=sys.stderr)
+        sys.exit(1)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    _define_flags()
+    app.run(main, flags_parser=common.parse_flags)

@@ -1,0 +1,519 @@
+"""The host training loop: compiled chunks, logging, progress, checkpoints, resume.
+
+`train_loop` runs a `jaxdrive.training.Trainer` as a sequence of compiled chunks of
+``iterations_per_chunk`` iterations each (one `lax.scan` per chunk, no host transfer
+inside). Between chunks, on the host, it fetches the chunk's stacked metrics ``[K]``
+(one ``device_get``), checks for divergence, writes ``metrics.jsonl`` and TensorBoard
+scalars, updates a progress bar and saves a checkpoint every
+``checkpoint_every_chunks`` chunks and at the end.
+
+Chunk boundaries sit at multiples of ``iterations_per_chunk`` counted from iteration
+0; the last chunk is shorter when ``iterations_per_chunk`` does not divide the number
+of iterations, and that size is compiled too (ahead of time, once: at most two
+executables per run, three when a run resumes from a checkpoint taken with another
+chunk size). Keeping the boundaries fixed makes a resumed run call the very same
+executables on the very same states as an uninterrupted one, so its numbers are
+bitwise equal. The runner state is donated to each chunk, so its buffers are reused.
+
+Run folder written under ``workdir`` (every part optional when ``workdir`` is None)::
+
+    workdir/metrics.jsonl      one JSON record per iteration (see jaxdrive.logging)
+    workdir/tb/                TensorBoard event files
+    workdir/checkpoints/<n>/   orbax checkpoint after n iterations (state + metadata)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import time
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdrive.checkpoint import Checkpointer, config_hash
+from jaxdrive.logging import MetricsLogger
+from jaxdrive.training import Trainer
+
+__all__ = ["ChunkInfo", "History", "TrainingDivergedError", "is_checked_metric", "train_loop"]
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_DIR = "checkpoints"
+
+
+class TrainingDivergedError(RuntimeError):
+    """A loss, a gradient norm or the runner state became NaN or Inf.
+
+    Attributes: ``iteration`` (1-based, the update that produced it) and ``quantity``
+    (the metric name or the runner-state leaf path).
+    """
+
+    def __init__(self, message: str, iteration: int, quantity: str):
+        super().__init__(message)
+        self.iteration = iteration
+        self.quantity = quantity
+
+
+@dataclasses.dataclass
+class ChunkInfo:
+    """What ``on_chunk`` receives after each chunk (after logging and divergence checks).
+
+    ``metrics``: ``{name: [K]}`` host arrays; ``iterations``/``env_steps``: ``[K]``.
+    """
+
+    start_iteration: int  # iterations done before the chunk
+    end_iteration: int  # iterations done after it
+    iterations: np.ndarray  # [K] int64, 1-based
+    env_steps: np.ndarray  # [K] int64
+    metrics: dict[str, np.ndarray]  # {name: [K]}
+    runner_state: Any
+    seconds: float  # wall time of the chunk (compile excluded)
+
+
+@dataclasses.dataclass
+class History:
+    """The iterations this call ran (a resumed call holds only the new ones).
+
+    ``iteration``, ``env_steps``: ``[n]``; ``metrics``: ``{name: [n]}``.
+    """
+
+    iteration: np.ndarray  # [n] int64, 1-based
+    env_steps: np.ndarray  # [n] int64
+    metrics: dict[str, np.ndarray]  # {name: [n]}
+    start_iteration: int  # iterations done when this call began (restored or 0)
+    num_iterations: int  # the trainer's total
+    start_env_steps: int  # env steps done when this call began
+    resumed_from: int | None  # checkpoint step resumed from, if any
+    compile_seconds: float  # ahead-of-time compilation of the chunk executables
+    train_seconds: float  # running chunks, compile excluded
+    total_seconds: float  # the whole call: init, restore, compile, run, checkpoints
+
+    @property
+    def env_steps_done(self) -> int:
+        """Env steps run by this call."""
+        if len(self.env_steps) == 0:
+            return 0
+        return int(self.env_steps[-1]) - self.start_env_steps
+
+    def env_steps_per_second(self, *, include_compile: bool = False) -> float:
+        """Throughput of this call: env steps / (train [+ compile] seconds)."""
+        secs = self.train_seconds + (self.compile_seconds if include_compile else 0.0)
+        return self.env_steps_done / secs if secs > 0 else float("nan")
+
+    def latest(self, prefix: str = "episode_return") -> dict[str, float]:
+        """The last finite value of every metric whose name starts with ``prefix``."""
+        out = {}
+        for k, v in self.metrics.items():
+            if k.startswith(prefix):
+                finite = v[np.isfinite(v)]
+                if finite.size:
+                    out[k] = float(finite[-1])
+        return out
+
+
+def is_checked_metric(name: str) -> bool:
+    """Whether a non-finite value of metric ``name`` stops training: losses
+    (a ``/``-part starting with ``loss``) and gradient norms (``grad_norm`` in the name)."""
+    parts = name.split("/")
+    return any(p.startswith("loss") for p in parts) or "grad_norm" in name or "gradnorm" in name
+
+
+# ----------------------------------------------------------------------------------------
+def _as_key(key_or_seed: Any) -> jax.Array:
+    if isinstance(key_or_seed, bool):
+        raise ValueError(f"key_or_seed must be an int seed or a PRNG key, got {key_or_seed!r}")
+    if isinstance(key_or_seed, int | np.integer):
+        return jax.random.PRNGKey(int(key_or_seed))  # raw uint32[2], as runner states hold
+    if hasattr(key_or_seed, "dtype"):
+        return key_or_seed
+    raise ValueError(f"key_or_seed must be an int seed or a PRNG key, got {key_or_seed!r}")
+
+
+def _check_count(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _path_str(path: tuple) -> str:
+    parts = []
+    for k in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(k, attr):
+                parts.append(str(getattr(k, attr)))
+                break
+        else:
+            parts.append(str(k))
+    return "/".join(parts) or "<root>"
+
+
+def _float_leaves(tree: Any) -> tuple[list[str], list[Any]]:
+    names, leaves = [], []
+    for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        dtype = getattr(x, "dtype", None)
+        if dtype is not None and jnp.issubdtype(dtype, jnp.inexact):
+            names.append(_path_str(path))
+            leaves.append(x)
+    return names, leaves
+
+
+def _finite_flags(tree: Any) -> jax.Array:
+    """``bool[L]``: whether each float leaf of ``tree`` is all finite (one reduction)."""
+    _, leaves = _float_leaves(tree)
+    if not leaves:
+        return jnp.ones((0,), bool)
+    return jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])
+
+
+def _nonfinite_kind(x: np.ndarray) -> str:
+    return "NaN" if np.any(np.isnan(x)) else "Inf"
+
+
+def _check_metrics(metrics: dict[str, np.ndarray], iterations: np.ndarray) -> None:
+    """Raises `TrainingDivergedError` at the first iteration with a non-finite checked metric."""
+    found = []  # (first bad index, losses before grad norms, name)
+    for name in metrics:
+        if is_checked_metric(name):
+            bad = ~np.isfinite(np.asarray(metrics[name], np.float64))
+            if bad.any():
+                found.append((int(np.argmax(bad)), "grad" in name, name))
+    if found:
+        i, _, name = min(found)
+        it = int(iterations[i])
+        kind = _nonfinite_kind(np.asarray(metrics[name][i : i + 1], np.float64))
+        others = sorted(
+            n
+            for n in metrics
+            if is_checked_metric(n)
+            and n != name
+            and not np.isfinite(np.asarray(metrics[n][i], np.float64))
+        )
+        extra = f" (also non-finite there: {', '.join(others)})" if others else ""
+        raise TrainingDivergedError(f"{kind} in {name} at iteration {it}{extra}", it, name)
+
+
+def _rate(x: float) -> str:
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= div:
+            return f"{x / div:.2f}{unit}"
+    return f"{x:.0f}"
+
+
+def _returns_text(latest: dict[str, float]) -> str:
+    items = [f"{k.split('/', 1)[-1]}={v:.3g}" for k, v in sorted(latest.items())]
+    return "return " + " ".join(items) if items else ""
+
+
+def _latest_returns(metrics: dict[str, np.ndarray]) -> dict[str, float]:
+    out = {}
+    for k, v in metrics.items():
+        if k.split("/")[0].startswith("episode_return"):
+            v = np.asarray(v, np.float64)
+            finite = v[np.isfinite(v)]
+            if finite.size:
+                out[k] = float(finite[-1])
+    return out
+
+
+class _Progress:
+    """A rich progress bar (iterations, env steps, steps/s, returns, ETA) or nothing."""
+
+    def __init__(self, enabled: bool, total: int, completed: int):
+        self._bar = None
+        if not enabled:
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._bar = Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("it"),
+            TextColumn("{task.fields[steps]} steps"),
+            TextColumn("{task.fields[rate]}/s"),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+        )
+        self._task = self._bar.add_task(
+            "train", total=total, completed=completed, steps="0", rate="-", info="compiling"
+        )
+        self._bar.start()
+
+    def update(self, completed: int, env_steps: int, rate: float, info: str) -> None:
+        if self._bar is not None:
+            r = _rate(rate) if math.isfinite(rate) else "-"
+            self._bar.update(
+                self._task, completed=completed, steps=_rate(env_steps), rate=r, info=info
+            )
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def _state_iteration(state: Any) -> int | None:
+    it = getattr(state, "iteration", None)
+    if it is None and isinstance(state, dict):
+        it = state.get("iteration")
+    try:
+        return None if it is None else int(np.asarray(it))
+    except (TypeError, ValueError):
+        return None
+
+
+class _Compiled:
+    """A trainer's jitted init, finite check and ahead-of-time compiled chunks, kept per
+    trainer so that repeated `train_loop` calls (resumes, notebooks) compile once."""
+
+    def __init__(self, trainer: Trainer):
+        self.init = jax.jit(trainer.init)
+        self.finite = jax.jit(_finite_flags)
+        self._chunk = jax.jit(trainer.chunk, static_argnums=1, donate_argnums=0)
+        self._executables: dict[Any, Any] = {}
+
+    def executable(self, state: Any, k: int) -> tuple[Any, bool]:
+        """The compiled ``chunk(·, k)`` for states like ``state``; ``True`` if just built."""
+        leaves, treedef = jax.tree.flatten(state)
+        sig = (
+            k,
+            treedef,
+            tuple((jnp.shape(x), jnp.result_type(x), getattr(x, "sharding", None)) for x in leaves),
+        )
+        if sig in self._executables:
+            return self._executables[sig], False
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*donated buffers.*")
+            exe = self._chunk.lower(state, k).compile()
+        self._executables[sig] = exe
+        return exe, True
+
+
+_CACHE: weakref.WeakKeyDictionary[Trainer, _Compiled] = weakref.WeakKeyDictionary()
+
+
+def _cache(trainer: Trainer) -> _Compiled:
+    if trainer not in _CACHE:
+        _CACHE[trainer] = _Compiled(trainer)
+    return _CACHE[trainer]
+
+
+# ----------------------------------------------------------------------------------------
+def train_loop(
+    trainer: Trainer,
+    key_or_seed: int | jax.Array,
+    workdir: str | os.PathLike | None,
+    *,
+    iterations_per_chunk: int,
+    checkpoint_every_chunks: int = 1,
+    keep_checkpoints: int = 3,
+    resume: bool = True,
+    progress: bool = True,
+    logger: MetricsLogger | None = None,
+    on_chunk: Callable[[ChunkInfo], Any] | None = None,
+    check_config: bool = True,
+    metadata: dict[str, Any] | None = None,
+) -> tuple[Any, History]:
+    """Trains ``trainer`` for its ``num_iterations`` in compiled chunks; see the module doc.
+
+    Args:
+      trainer: the `Trainer` (``init``, ``update``, ``chunk``, ``num_iterations``).
+      key_or_seed: a PRNG key, or an int seed (made into a raw ``uint32[2]`` key).
+      workdir: the run folder, or ``None`` for no logs and no checkpoints.
+      iterations_per_chunk: iterations per compiled chunk (``K``; host work between).
+      checkpoint_every_chunks: save every this many chunks (counted from iteration 0);
+        the final state is always saved.
+      keep_checkpoints: how many checkpoints to keep.
+      resume: continue from the latest checkpoint in ``workdir/checkpoints`` if any.
+        With ``resume=False`` an existing checkpoint is an error (use a fresh workdir).
+      progress: show a rich progress bar.
+      logger: a `MetricsLogger`; default one on ``workdir`` (process 0 only).
+      on_chunk: called with a `ChunkInfo` after each chunk; a truthy return stops
+        training after that chunk (its state is checkpointed).
+      check_config: on resume, require the checkpoint's config hash (of
+        ``trainer.config`` without its ``run`` section) to match.
+      metadata: extra JSON-able entries for every checkpoint's metadata.
+
+    Returns:
+      ``(runner_state, history)``: the final runner state and a `History`.
+
+    Raises:
+      TrainingDivergedError: a checked metric (losses, grad norms) or a float leaf of the
+        runner state is NaN/Inf after a chunk; nothing of that chunk is checkpointed.
+      ValueError: bad arguments, or a checkpoint from another config / past the end.
+    """
+    if not isinstance(trainer, Trainer):
+        raise ValueError(f"trainer must be a jaxdrive.training.Trainer, got {type(trainer)}")
+    ipc = _check_count("iterations_per_chunk", iterations_per_chunk, 1)
+    every = _check_count("checkpoint_every_chunks", checkpoint_every_chunks, 1)
+    keep = _check_count("keep_checkpoints", keep_checkpoints, 1)
+    total = _check_count("trainer.num_iterations", trainer.num_iterations, 0)
+    key = _as_key(key_or_seed)
+    t_start = time.perf_counter()
+    primary = jax.process_index() == 0
+    chash = config_hash(trainer.config)
+
+    own_logger = False
+    if logger is None and workdir is not None:
+        logger = MetricsLogger(workdir, enabled=primary)
+        own_logger = True
+    ckpt = None
+    if workdir is not None:
+        ckpt = Checkpointer(os.path.join(os.fspath(workdir), CHECKPOINT_DIR), max_to_keep=keep)
+
+    bar = None
+    try:
+        cache = _cache(trainer)
+        state = cache.init(key)
+        start, start_steps, elapsed_before, resumed_from = 0, 0, 0.0, None
+        latest = ckpt.latest_step() if ckpt is not None else None
+        if latest is not None and not resume:
+            raise ValueError(
+                f"{ckpt.directory} already holds checkpoints (latest: iteration {latest}); "
+                "pass resume=True to continue that run, or use a fresh workdir"
+            )
+        if latest is not None:
+            meta = ckpt.restore_metadata(latest)
+            if check_config and chash and meta.get("config_hash") not in (None, chash):
+                raise ValueError(
+                    f"the checkpoint in {ckpt.directory} was written with another config "
+                    f"(hash {meta.get('config_hash')} != {chash}); use a fresh workdir or "
+                    "allow the change explicitly (check_config=False)"
+                )
+            if int(meta["iteration"]) > total:
+                raise ValueError(
+                    f"the checkpoint in {ckpt.directory} is at iteration {meta['iteration']}, "
+                    f"past this trainer's num_iterations={total}"
+                )
+            state, meta = ckpt.restore(state, latest)
+            start = int(meta["iteration"])
+            got = _state_iteration(state)
+            if got is not None and got != start:
+                raise ValueError(
+                    f"checkpoint {latest}: metadata says iteration {start} but the runner "
+                    f"state's iteration is {got}"
+                )
+            elapsed_before = float(meta.get("elapsed") or 0.0)
+            start_steps = int(meta.get("env_steps", 0))
+            resumed_from = latest
+            if logger is not None:
+                logger.truncate(start, start_steps)
+            log.info("resumed from %s at iteration %d", ckpt.directory, start)
+
+        leaf_names, _ = _float_leaves(jax.eval_shape(lambda s: s, state))
+        compile_seconds = train_seconds = 0.0
+        hist: list[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]] = []
+        bar = _Progress(progress and primary, total, start)
+        it, prev_steps = start, start_steps
+        while it < total:
+            end = min((it // ipc + 1) * ipc, total)
+            k = end - it
+            tc = time.perf_counter()
+            executable, fresh = cache.executable(state, k)
+            if fresh:
+                compile_seconds += time.perf_counter() - tc
+            tc = time.perf_counter()
+            state, metrics = executable(state)
+            metrics, flags = jax.device_get((metrics, cache.finite(state)))  # one transfer
+            secs = time.perf_counter() - tc
+            train_seconds += secs
+
+            metrics = {name: np.asarray(v) for name, v in metrics.items()}
+            iterations = np.arange(it + 1, end + 1, dtype=np.int64)
+            if trainer.env_steps_per_iteration:  # exact ints (the metric is float32)
+                env_steps = iterations * int(trainer.env_steps_per_iteration)
+            elif "env_steps" in metrics:
+                env_steps = np.asarray(metrics["env_steps"], np.float64).astype(np.int64)
+            else:
+                env_steps = np.zeros_like(iterations)
+            elapsed = elapsed_before + time.perf_counter() - t_start
+            if logger is not None:
+                logger.log_chunk(iterations, env_steps, metrics, elapsed=elapsed)
+            hist.append((iterations, env_steps, metrics))
+
+            _check_metrics(metrics, iterations)
+            bad = [n for n, ok in zip(leaf_names, np.asarray(flags), strict=True) if not ok]
+            if bad:
+                raise TrainingDivergedError(
+                    f"non-finite values (NaN/Inf) in the runner state at {bad[0]} after "
+                    f"iteration {end} (chunk of iterations {it + 1}-{end})"
+                    + (f"; also in {len(bad) - 1} other leaves" if len(bad) > 1 else ""),
+                    end,
+                    bad[0],
+                )
+
+            latest_ret = _latest_returns(metrics)
+            rate = (int(env_steps[-1]) - prev_steps) / secs if secs > 0 else float("nan")
+            prev_steps = int(env_steps[-1])
+            bar.update(end, prev_steps, rate, _returns_text(latest_ret))
+            log.info(
+                "iteration %d/%d  env steps %s  %s",
+                end,
+                total,
+                _rate(int(env_steps[-1])),
+                _returns_text(latest_ret),
+            )
+            stop = False
+            if on_chunk is not None:
+                info = ChunkInfo(it, end, iterations, env_steps, metrics, state, secs)
+                stop = bool(on_chunk(info))
+            if ckpt is not None and ((end // ipc) % every == 0 or end == total or stop):
+                meta = {
+                    "iteration": end,
+                    "env_steps": int(env_steps[-1]),
+                    "elapsed": elapsed_before + time.perf_counter() - t_start,
+                    "num_iterations": total,
+                    "config_hash": chash,
+                    "wall_time": time.time(),
+                    **(metadata or {}),
+                }
+                ckpt.save(end, state, meta)
+            it = end
+            if stop:
+                log.info("stopped by on_chunk after iteration %d", end)
+                break
+    finally:
+        if bar is not None:
+            bar.stop()
+        if logger is not None:
+            if own_logger:
+                logger.close()
+            else:
+                logger.flush()
+        if ckpt is not None:
+            ckpt.close()
+
+    def cat(i):
+        return np.concatenate([h[i] for h in hist]) if hist else np.zeros((0,), np.int64)
+
+    names = sorted({n for h in hist for n in h[2]})
+    history = History(
+        iteration=cat(0),
+        env_steps=cat(1),
+        metrics={n: np.concatenate([h[2][n] for h in hist]) for n in names},
+        start_iteration=start,
+        num_iterations=total,
+        start_env_steps=start_steps,
+        resumed_from=resumed_from,
+        compile_seconds=compile_seconds,
+        train_seconds=train_seconds,
+        total_seconds=time.perf_counter() - t_start,
+    )
+    return state, history

@@ -1,0 +1,170 @@
+"""The experiment scripts: experiments.train and experiments.evaluate on a tiny real config
+(Tag grid world, ``tiny`` preset, PPO), in-process and through their command lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+pytest.importorskip("algorithms.ppo.train")
+tag_config = pytest.importorskip("experiments.configs.tag_gridworld")
+
+from experiments import common, evaluate, train  # noqa: E402
+from jaxdrive.checkpoint import config_to_dict  # noqa: E402
+from jaxdrive.logging import read_metrics  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def cli(module: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_train_evaluate_resume_cli(tmp_path):
+    """One tiny Tag grid-world run (4 iterations, chunks of 2, checkpoints after each,
+    with a GIF), then every check on it. A single test, so that pytest-xdist never
+    trains it twice (a module fixture runs once per worker)."""
+    config = tag_config.get_config("tiny")
+    config.run.checkpoint_every_chunks = 1
+    wd = str(tmp_path / "tag")
+    summary = train.run(config, wd, progress=False, animation=True)
+    check_run_folder(wd, config, summary)
+    check_resume_and_config_checks(wd, config, tmp_path)
+    check_evaluate(wd, tmp_path)
+    check_cli(wd)
+
+
+def check_run_folder(wd, config, summary):
+    names = set(os.listdir(wd))
+    assert {"config.json", "metrics.jsonl", "tb", "checkpoints", "summary.json"} <= names
+    with open(os.path.join(wd, "config.json")) as f:
+        assert json.load(f) == config_to_dict(config)
+    recs = read_metrics(wd)
+    assert [r["iteration"] for r in recs] == [1, 2, 3, 4]
+    assert [r["env_steps"] for r in recs] == [32, 64, 96, 128]  # 4 envs x 8 steps
+    assert {"episode_return/tagger", "episode_return/runner"} <= set(recs[-1]["metrics"])
+    assert any(k.startswith("loss") for k in recs[-1]["metrics"])
+    assert any(f.startswith("events.out.tfevents") for f in os.listdir(os.path.join(wd, "tb")))
+    assert sorted(os.listdir(os.path.join(wd, "checkpoints"))) == ["2", "4"]
+    for png in ("returns.png", "losses.png"):
+        with open(os.path.join(wd, png), "rb") as f:
+            assert f.read(8) == PNG
+    with open(os.path.join(wd, "animation.gif"), "rb") as f:
+        assert f.read(6) == b"GIF89a"
+    assert summary["iterations"] == 4 and summary["env_steps"] == 128
+    assert summary["session_env_steps"] == 128 and summary["compile_seconds"] > 0
+    assert (
+        summary["final_returns"]["episode_return/tagger"]
+        == recs[-1]["metrics"]["episode_return/tagger"]
+    )
+    with open(os.path.join(wd, "summary.json")) as f:
+        assert json.load(f)["iterations"] == 4
+
+
+def check_resume_and_config_checks(wd, config, tmp_path):
+    copy = str(tmp_path / "copy")
+    shutil.copytree(wd, copy)
+    changed = tag_config.get_config("tiny")
+    changed.algo.gamma = 0.5
+    with pytest.raises(ValueError, match=r"different config:\n  algo.gamma: 0.98 -> 0.5"):
+        train.run(changed, copy, progress=False)
+    with pytest.raises(ValueError, match="holds a run .* pass --resume"):
+        train.run(config, copy, resume=False, progress=False)
+    out = train.run(changed, copy, progress=False, allow_config_change=True, animation=False)
+    assert out["resumed_from"] == 4
+    assert common.load_config(copy).algo.gamma == 0.5
+    assert any(n.startswith("config.2") for n in os.listdir(copy))  # the old one is kept
+
+    with pytest.raises(ValueError, match="missing the key"):
+        train.run({"env_name": "CartPole-v1"}, str(tmp_path / "x"))
+
+
+def check_evaluate(wd, tmp_path):
+    res = evaluate.evaluate(wd, episodes=3)
+    assert (
+        res["animation"] is None
+        and res["step"] == 4
+        and res["env_steps"] == 128
+        and res["episodes"] == 3
+    )
+    assert set(res["returns"]) == {"tagger", "runner"}
+    assert 1 <= res["episode_length"] <= 12  # tiny episodes last 12 steps at most
+    with open(os.path.join(wd, "eval.json")) as f:
+        assert json.load(f)["returns"] == res["returns"]
+
+    with pytest.raises(ValueError, match="no config.json"):
+        evaluate.evaluate(str(tmp_path / "nothing"))
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(os.path.join(wd, "config.json"), bare)
+    with pytest.raises(ValueError, match="no checkpoints in"):
+        evaluate.evaluate(str(bare))
+    with pytest.raises(ValueError, match=r"no checkpoint for step 3 .* \[2, 4\]"):
+        evaluate.evaluate(wd, step=3)
+
+
+def test_evaluate_policy_counts_rewards_until_done():
+    """CartPole pays 1 per step: an episode's return equals its length; steps after
+    the end are masked out, and a step cap leaves episodes unfinished."""
+    import jaxdrive
+
+    env, params = jaxdrive.make("CartPole-v1")
+    push_left = types.SimpleNamespace(
+        act=lambda p, k, obs: {"agent": jnp.zeros(obs["agent"].shape[:-1], jnp.int32)}
+    )
+    key = jax.random.PRNGKey(0)
+    res = common.evaluate_policy(env, params, push_left, None, key, episodes=5, max_steps=60)
+    assert res["unfinished"] == 0 and 5 < res["episode_length"] < 30
+    r = res["returns"]["agent"]
+    np.testing.assert_allclose(r["mean"], res["episode_length"], rtol=1e-6)
+    capped = common.evaluate_policy(env, params, push_left, None, key, episodes=5, max_steps=3)
+    assert capped["unfinished"] == 5 and capped["returns"]["agent"]["max"] == 3.0
+    with pytest.raises(ValueError, match="episodes must be an integer >= 1"):
+        common.evaluate_policy(env, params, push_left, None, key, episodes=0)
+    with pytest.raises(ValueError, match="has no `act`"):
+        common.evaluate_policy(env, params, types.SimpleNamespace(act=None), None, key)
+
+
+def check_cli(wd):
+    cfg = "experiments/configs/tag_gridworld.py:tiny"
+    bad = cli("experiments.train", f"--config={cfg}", "--config.algo.gama=0.9", f"--workdir={wd}")
+    assert bad.returncode == 2
+    assert "--config.algo.gama names no config key: config.algo has no key 'gama'" in bad.stderr
+    assert 'Did you mean "gamma"' in bad.stderr
+
+    # resuming the finished run through the command line: flags reach `run`
+    ok = cli("experiments.train", f"--config={cfg}", f"--workdir={wd}", "--noprogress")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "iterations   4/4" in ok.stdout and "(resumed from 4)" in ok.stdout
+    assert [r["iteration"] for r in read_metrics(wd)] == [1, 2, 3, 4]  # nothing re-run
+    other_seed = cli("experiments.train", f"--config={cfg}", f"--workdir={wd}", "--seed=5")
+    assert other_seed.returncode == 2 and "seed: 20 -> 5" in other_seed.stderr
+
+    gif = os.path.join(os.path.dirname(wd), "eval.gif")
+    ev = cli(
+        "experiments.evaluate", f"--workdir={wd}", "--episodes=2", "--nodeterministic",
+        f"--animation={gif}", "--animation_steps=5",
+    )  # fmt: skip
+    assert ev.returncode == 0, ev.stderr[-2000:]
+    assert "2 sampled episodes" in ev.stdout and "tagger=" in ev.stdout
+    with open(gif, "rb") as f:
+        assert f.read(6) == b"GIF89a"
+    with open(os.path.join(wd, "eval.json")) as f:
+        saved = json.load(f)
+    assert saved["episodes"] == 2 and not saved["deterministic"] and saved["animation"] == gif
+    missing = cli("experiments.evaluate", f"--workdir={wd}/nope")
+    assert missing.returncode == 2 and "no config.json" in missing.stderr

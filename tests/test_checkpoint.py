@@ -1,0 +1,132 @@
+"""Checkpoints (jaxdrive.checkpoint): exact round trips of runner-state-like pytrees
+(optax states, raw and typed PRNG keys, mixed dtypes), retention, atomic steps, errors."""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+from flax import struct
+
+from jaxdrive.checkpoint import Checkpointer, config_hash, latest_step
+
+
+@struct.dataclass
+class Runner:
+    params: dict  # {"dense": {"kernel": [3, 4], "bias": [4]}}
+    opt_state: object
+    key: jax.Array  # uint32[2]
+    typed_keys: jax.Array  # key<fry>[5]
+    one_key: jax.Array  # key<fry>[]
+    env: dict  # mixed dtypes
+    iteration: jax.Array  # [] int32
+
+
+@jax.jit
+def make_state(seed: jax.Array) -> Runner:
+    """A runner-state-like pytree whose every leaf depends on ``seed`` (traced)."""
+    k = jax.random.PRNGKey(seed)
+    k1, k2, k3 = jax.random.split(k, 3)
+    params = {
+        "dense": {"kernel": jax.random.normal(k1, (3, 4)), "bias": jax.random.normal(k2, (4,))}
+    }
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))
+    opt_state = tx.init(params)
+    # take two steps so the Adam moments and count are non-trivial
+    for _ in range(2):
+        grads = jax.tree.map(lambda p: p * 0.5 + seed, params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+    env = {
+        "pos": jax.random.uniform(k3, (2, 3, 2)),
+        "half": jnp.arange(4, dtype=jnp.bfloat16) * seed,
+        "done": jnp.stack([jnp.bool_(True), jnp.bool_(False), seed % 2 == 0]),
+        "t": jnp.arange(3, dtype=jnp.int32) + seed,
+    }
+    return Runner(
+        params=params,
+        opt_state=opt_state,
+        key=k,
+        typed_keys=jax.random.split(jax.random.key(seed), 5),
+        one_key=jax.random.key(seed + 100),
+        env=env,
+        iteration=(7 * seed).astype(jnp.int32),
+    )
+
+
+def assert_same(a, b):
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+            assert jax.random.key_impl(x) == jax.random.key_impl(y)
+            x, y = jax.random.key_data(x), jax.random.key_data(y)
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_round_trip_exact(tmp_path):
+    state = make_state(jnp.int32(3))
+    with Checkpointer(tmp_path / "ck", max_to_keep=2) as ckpt:
+        ckpt.save(12, state, {"iteration": 12, "env_steps": 1200, "note": "x"})
+        # into a concrete target of the same structure (other values)
+        restored, meta = ckpt.restore(make_state(jnp.int32(4)))
+        assert_same(restored, state)
+        assert meta == {"iteration": 12, "env_steps": 1200, "note": "x", "step": 12}
+        # into an abstract target
+        restored2, _ = ckpt.restore(jax.eval_shape(lambda: make_state(jnp.int32(5))))
+        assert_same(restored2, state)
+        # the restored keys still work as keys, giving the same numbers
+        np.testing.assert_array_equal(
+            jax.random.uniform(restored.typed_keys[2]), jax.random.uniform(state.typed_keys[2])
+        )
+        assert ckpt.restore_metadata()["env_steps"] == 1200
+
+
+def test_retention_latest_and_atomic_steps(tmp_path):
+    d = tmp_path / "ck"
+    with Checkpointer(d, max_to_keep=2) as ckpt:
+        for step in (1, 2, 3, 4, 5):
+            ckpt.save(step, {"w": jnp.full((2,), float(step))}, {"iteration": step})
+        assert ckpt.all_steps() == [4, 5]
+        assert ckpt.latest_step() == 5
+        old, meta = ckpt.restore({"w": jnp.zeros(2)}, step=4)
+        assert meta["iteration"] == 4 and old["w"].tolist() == [4.0, 4.0]
+    assert sorted(os.listdir(d)) == ["4", "5"]  # no temporary folder left behind
+    # a save that crashed midway leaves an unfinished temporary folder: never "latest"
+    tmp = d / "6.orbax-checkpoint-tmp-1234"
+    (tmp / "state").mkdir(parents=True)
+    assert latest_step(d) == 5
+    with Checkpointer(d, max_to_keep=2) as ckpt:
+        assert ckpt.latest_step() == 5
+        restored, _ = ckpt.restore({"w": jnp.zeros(2)})
+        assert restored["w"].tolist() == [5.0, 5.0]
+    assert not tmp.exists()  # cleaned up when the manager opened
+    assert latest_step(tmp_path / "missing") is None
+
+
+def test_errors(tmp_path):
+    with pytest.raises(ValueError, match="max_to_keep must be >= 1"):
+        Checkpointer(tmp_path / "a", max_to_keep=0)
+    with Checkpointer(tmp_path / "b") as ckpt:
+        with pytest.raises(FileNotFoundError, match="no checkpoint found in"):
+            ckpt.restore({"w": jnp.zeros(2)})
+        ckpt.save(3, {"w": jnp.ones(2)})
+        with pytest.raises(FileNotFoundError, match=r"no checkpoint for step 9 .* \[3\]"):
+            ckpt.restore({"w": jnp.zeros(2)}, step=9)
+        with pytest.raises(ValueError, match="does not fit the target state structure"):
+            ckpt.restore({"w": jnp.zeros(2), "extra": jnp.zeros(1)})
+        with pytest.raises(ValueError, match="step must be >= 0"):
+            ckpt.save(-1, {"w": jnp.ones(2)})
+
+
+def test_config_hash():
+    c = ml_collections.ConfigDict({"lr": 1e-3, "algo": {"gamma": 0.99}, "run": {"k": 10}})
+    h = config_hash(c)
+    assert h == config_hash({"algo": {"gamma": 0.99}, "lr": 1e-3, "run": {"k": 99}})
+    assert h != config_hash({"algo": {"gamma": 0.98}, "lr": 1e-3})
+    assert config_hash(None) is None
