@@ -4,7 +4,11 @@ Suites:
   env      Tag env-only stepping at the configs of ../shared/bench (both impls).
   env_big  the 10 envs × (100+10,000 agents) Tag config (both impls).
   classic  CartPole env-only stepping at 1e3..1e6 envs (gymnax's scheme).
-  quick    tiny sizes of the above, for CPUs and the test suite.
+  train    end-to-end training throughput: Tag 1000 envs × (10+100) (A2C as WarpDrive
+           runs it, then PPO), CartPole 10,000 envs (A2C, fc 32×32).
+  learning the learning targets: PPO CartPole (8 vmapped seeds), PPO Acrobot, DDPG
+           Pendulum, PPO Tag (trained vs random taggers).
+  quick    tiny sizes of the env and train suites, for CPUs and the test suite.
 
 Prints a table and appends one JSON line per measurement to ``--out``.
 ``--compare=PATH[,PATH]`` reads anchor JSON lines (../shared/bench/results/*/results.jsonl)
@@ -21,11 +25,13 @@ from typing import Any
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("suite", "quick", "env | env_big | classic | quick")
+flags.DEFINE_string("suite", "quick", "env | env_big | classic | train | learning | quick")
 flags.DEFINE_string("out", "experiments/benchmarks/results/results.jsonl", "JSON-lines output")
 flags.DEFINE_string("impls", "jax,pallas", "Tag neighbour-search paths to time")
 flags.DEFINE_integer("num_steps", 100, "steps per timed call")
 flags.DEFINE_integer("repeats", 5, "timed calls (median reported)")
+flags.DEFINE_integer("train_iterations", 5, "iterations per timed training call")
+flags.DEFINE_integer("num_seeds", 8, "vmapped seeds of the CartPole learning run")
 flags.DEFINE_string(
     "compare", "", "comma-separated anchor JSONL files or globs (e.g. ../shared/bench/results/*/*)"
 )
@@ -114,6 +120,86 @@ def run_suite(suite: str, num_steps: int, repeats: int, impls: list[str]) -> lis
     return records
 
 
+# (name, config file, preset, overrides)
+TRAIN_CONFIGS = {
+    "train": [
+        ("tag_a2c", "tag_continuous", "a2c", {"num_envs": 1000, "num_steps": 25}),
+        ("tag_ppo", "tag_continuous", "", {"num_envs": 1000, "num_steps": 25}),
+        (
+            "cartpole_a2c",
+            "cartpole",
+            "a2c",
+            {"num_envs": 10_000, "num_steps": 500, "policies.agent.hidden_sizes": (32, 32)},
+        ),
+    ],
+    "quick": [
+        ("tag_ppo_tiny", "tag_continuous", "tiny", {}),
+        ("cartpole_a2c_tiny", "cartpole", "tiny,a2c", {}),
+    ],
+}
+
+
+def run_train_suite(suite: str, iterations: int, repeats: int) -> list[dict[str, Any]]:
+    """Training throughput records of ``suite``."""
+    from experiments.benchmarks.timing import device_info
+    from experiments.benchmarks.training import load_config, time_training
+
+    info = device_info()
+    records = []
+    for name, cfg, preset, over in TRAIN_CONFIGS.get(suite, []):
+        config = load_config(cfg, preset, **over)
+        config.total_env_steps = max(
+            config.total_env_steps, config.num_envs * config.num_steps * iterations
+        )
+        rec = time_training(config, iterations=iterations, repeats=repeats)
+        rec.update(bench="train", name=name, **info)
+        records.append(rec)
+        print(
+            f"train {name:<18} {rec['num_envs']:>6} envs x {rec['num_steps']:>4} steps "
+            f"{rec['env_steps_per_s']:>14,.0f} env steps/s {rec['agent_steps_per_s']:>16,.0f} "
+            f"agent steps/s  compile {rec['compile_s']:.1f}s",
+            flush=True,
+        )
+    return records
+
+
+def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
+    """The learning targets (see the module docstring)."""
+    from experiments.benchmarks.timing import device_info
+    from experiments.benchmarks.training import (
+        evaluate_tag_tagging,
+        learning_run,
+        load_config,
+    )
+
+    info = device_info()
+    records = []
+    runs = [
+        ("ppo_cartpole", load_config("cartpole"), num_seeds, 475.0),
+        ("ppo_acrobot", load_config("acrobot"), 1, -100.0),
+        ("ddpg_pendulum", load_config("pendulum"), 1, -200.0),
+        ("ppo_tag", load_config("tag_continuous", "", num_envs=1000, num_steps=100), 1, None),
+    ]
+    for name, config, seeds, target in runs:
+        out = learning_run(config, num_seeds=seeds)
+        rs, trainer, env = out.pop("_runner_state"), out.pop("_trainer"), out.pop("_env")
+        out.update(bench="learning", name=name, target=target, **info)
+        if name == "ppo_tag":
+            params = jax_tree_first(trainer.get_params(rs))
+            _, env_params = __import__("jaxdrive").make(config.env_name, **dict(config.env_kwargs))
+            out["tagging"] = evaluate_tag_tagging(env, env_params, trainer, params)
+        records.append(out)
+        print(f"learning {name:<14} {json.dumps(out, default=str)}", flush=True)
+    return records
+
+
+def jax_tree_first(tree: Any) -> Any:
+    """The first entry of every leaf's leading (seed) axis."""
+    import jax
+
+    return jax.tree.map(lambda x: x[0], tree)
+
+
 def _row(rec: dict[str, Any]) -> str:
     if rec["bench"] == "tag_continuous_env":
         obs = "full" if rec["use_full_observation"] else f"k={rec['num_other_agents_observed']}"
@@ -139,6 +225,10 @@ def load_anchors(spec: str) -> list[dict[str, Any]]:
                     line = line.strip()
                     if line.startswith("{"):
                         rec = json.loads(line)
+                        measured = rec.get("measured_env_steps_per_s_excl_first_iter")
+                        if measured and not rec.get("env_steps_per_s"):  # WarpDrive training
+                            rec["env_steps_per_s"] = measured
+                            rec["num_envs"] = rec["used_trainer_cfg"]["num_envs"]
                         if rec.get("env_steps_per_s") and rec.get("kind") != "breakdown":
                             out.append(rec)
     return out
@@ -157,6 +247,12 @@ def compare(records: list[dict[str, Any]], anchors: list[dict[str, Any]]) -> lis
                     and a["num_runners"] == rec["num_runners"]
                     and bool(a["use_full_observation"]) == bool(rec["use_full_observation"])
                 )
+            elif rec["bench"] == "train" and a.get("bench") == "A2_A3_warpdrive_train":
+                same = (
+                    a.get("num_envs") == rec["num_envs"]
+                    and a.get("steps_per_env_per_iter") == rec["num_steps"]
+                    and ("tag" in rec["name"]) == (a.get("config") == "tag_continuous")
+                )
             elif rec["bench"] == "cartpole_env" and a.get("bench") == "B_gymnax":
                 same = a.get("num_envs") == rec["num_envs"] and a.get("env") == "CartPole-v1"
             if same:
@@ -171,6 +267,9 @@ def main(argv: list[str]) -> None:
     del argv
     impls = [s for s in FLAGS.impls.split(",") if s]
     records = run_suite(FLAGS.suite, FLAGS.num_steps, FLAGS.repeats, impls)
+    records += run_train_suite(FLAGS.suite, FLAGS.train_iterations, FLAGS.repeats)
+    if FLAGS.suite == "learning":
+        records += run_learning_suite(FLAGS.num_seeds)
     for rec in records:
         from experiments.benchmarks.timing import append_jsonl
 

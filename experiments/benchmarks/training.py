@@ -1,0 +1,148 @@
+"""Training benchmarks: end-to-end throughput and learning targets.
+
+Throughput: a compiled chunk of ``K`` whole iterations (rollout + learning) is called
+once to compile, then ``repeats`` times; env steps/s = K · N · T / median seconds.
+Learning: full training runs (``jax.vmap`` over seeds where asked) timed from the
+first call (compile included), with the final episode returns.
+"""
+
+from __future__ import annotations
+
+import importlib
+import statistics
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import algorithms
+import jaxdrive
+from experiments.benchmarks.timing import peak_memory_bytes, time_compiled
+
+__all__ = [
+    "evaluate_tag_tagging",
+    "learning_run",
+    "load_config",
+    "time_training",
+]
+
+
+def load_config(name: str, preset: str = "", **overrides: Any):
+    """``experiments/configs/<name>.py``'s config with ``preset`` and dotted overrides."""
+    config = importlib.import_module(f"experiments.configs.{name}").get_config(preset)
+    for dotted, value in overrides.items():
+        node = config
+        *path, last = dotted.split(".")
+        for part in path:
+            node = node[part]
+        node[last] = value
+    return config
+
+
+def _build(config):
+    env, params = jaxdrive.make(config.env_name, **dict(config.env_kwargs))
+    return env, params, algorithms.make_train(config, env, params)
+
+
+def time_training(config, iterations: int = 5, repeats: int = 3) -> dict[str, Any]:
+    """Training throughput of ``config`` (see the module docstring)."""
+    env, _, trainer = _build(config)
+    chunk = jax.jit(lambda rs: trainer.chunk(rs, iterations))
+    rs = jax.block_until_ready(jax.jit(trainer.init)(jax.random.PRNGKey(0)))
+    t0 = time.perf_counter()
+    compiled = chunk.lower(rs).compile()
+    compile_s = time.perf_counter() - t0
+    state = {"rs": rs}
+
+    def call():
+        state["rs"], metrics = compiled(state["rs"])
+        return metrics
+
+    _, times = time_compiled(call, repeats)
+    med = statistics.median(times)
+    steps = iterations * trainer.env_steps_per_iteration
+    return {
+        "env": config.env_name,
+        "algorithm": config.algorithm,
+        "num_envs": config.num_envs,
+        "num_steps": config.num_steps,
+        "num_agents": env.total_agents,
+        "iterations_timed": iterations,
+        "compile_s": round(compile_s, 2),
+        "seconds_median": med,
+        "env_steps_per_s": steps / med,
+        "agent_steps_per_s": steps * env.total_agents / med,
+        "peak_memory_bytes": peak_memory_bytes(),
+    }
+
+
+def _final_returns(metrics: dict[str, jax.Array], last: int) -> dict[str, np.ndarray]:
+    out = {}
+    for name, values in metrics.items():
+        if name.startswith("episode_return/"):
+            v = np.asarray(values)  # [..., K]
+            out[name] = np.nanmean(v[..., -last:], axis=-1)
+    return out
+
+
+def learning_run(config, num_seeds: int = 1, last: int = 5) -> dict[str, Any]:
+    """Trains ``config`` on ``num_seeds`` vmapped seeds; returns final returns per seed
+    (mean over the last ``last`` iterations), wall time including compile."""
+    env, _, trainer = _build(config)
+    keys = jax.random.split(jax.random.PRNGKey(int(config.seed)), num_seeds)
+    t0 = time.perf_counter()
+    rs, metrics = jax.block_until_ready(jax.jit(jax.vmap(trainer))(keys))
+    wall = time.perf_counter() - t0
+    returns = _final_returns(metrics, last)
+    best = {k: np.asarray(v).tolist() for k, v in returns.items()}
+    return {
+        "env": config.env_name,
+        "algorithm": config.algorithm,
+        "num_seeds": num_seeds,
+        "total_env_steps": trainer.num_iterations * trainer.env_steps_per_iteration,
+        "wall_s_incl_compile": round(wall, 2),
+        "final_returns": best,
+        "_runner_state": rs,
+        "_trainer": trainer,
+        "_env": env,
+    }
+
+
+def evaluate_tag_tagging(
+    env, env_params, trainer, params_by_policy, num_envs: int = 64, seed: int = 0
+) -> dict[str, float]:
+    """Runners tagged per episode (one full episode of ``num_envs`` envs), with trained
+    taggers and with uniformly random taggers, both against the trained runners."""
+    venv = jaxdrive.vectorize(env, num_envs, auto_reset=False)
+    steps = env.episode_length
+
+    def episode(key, random_taggers: bool):
+        k0, k1 = jax.random.split(key)
+        state, ts = venv.reset(k0, env_params)
+
+        def body(carry, k):
+            state, ts, tags = carry
+            ka, kr, ke = jax.random.split(k, 3)
+            actions = trainer.act(params_by_policy, ka, ts.obs)
+            if random_taggers:
+                rnd = jax.vmap(env.sample_actions)(jax.random.split(kr, num_envs))
+                actions = {**actions, "tagger": rnd["tagger"]}
+            live = ~ts.done
+            state, ts = venv.step(ke, state, actions, env_params)
+            tags = tags + jnp.where(live, ts.extras["num_tags"], 0)
+            return (state, ts, tags), None
+
+        init = (state, ts, jnp.zeros((num_envs,), jnp.int32))
+        (_, _, tags), _ = jax.lax.scan(body, init, jax.random.split(k1, steps))
+        return jnp.mean(tags.astype(jnp.float32))
+
+    key = jax.random.PRNGKey(seed)
+    trained = float(jax.jit(lambda k: episode(k, False))(key))
+    rand = float(jax.jit(lambda k: episode(k, True))(key))
+    return {
+        "tags_per_episode_trained_taggers": trained,
+        "tags_per_episode_random_taggers": rand,
+        "ratio": trained / max(rand, 1e-9),
+    }

@@ -1,0 +1,36 @@
+"""The benchmark command at tiny sizes: it runs, reports sane figures, compares to anchors."""
+
+from __future__ import annotations
+
+import json
+
+from experiments.benchmarks import run
+from experiments.benchmarks.training import load_config, time_training
+
+
+def test_env_suite_quick_and_compare(tmp_path):
+    records = run.run_suite("quick", num_steps=4, repeats=1, impls=["jax"])
+    assert {r["bench"] for r in records} == {"tag_continuous_env", "cartpole_env"}
+    for r in records:
+        assert r["env_steps_per_s"] > 0 and r["seconds_median"] > 0
+        assert r["agent_steps_per_s"] == r["env_steps_per_s"] * r["num_agents"]
+    # A fake anchor with the same config gives a ratio line.
+    anchor = {
+        "bench": "A1_warpdrive_tag_env",
+        "num_envs": 8,
+        "num_taggers": 2,
+        "num_runners": 6,
+        "use_full_observation": False,
+        "env_steps_per_s": 1.0,
+    }
+    path = tmp_path / "anchor.jsonl"
+    path.write_text(json.dumps(anchor) + "\n")
+    lines = run.compare(records, run.load_anchors(str(path)))
+    assert len(lines) == 1 and "x" in lines[0]
+
+
+def test_training_throughput_tiny():
+    config = load_config("cartpole", "tiny,a2c")
+    rec = time_training(config, iterations=2, repeats=1)
+    assert rec["env_steps_per_s"] > 0
+    assert rec["num_envs"] == config.num_envs and rec["algorithm"] == "a2c"
