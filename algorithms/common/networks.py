@@ -1,0 +1,475 @@
+"""Networks and action distributions shared by the algorithms (Flax linen).
+
+Dimension letters: ``...`` any leading batch axes (envs, agents, time); ``O`` the flat
+observation size; ``K`` categories of a `Discrete` head; ``D`` dimensions of a
+`MultiDiscrete` or `Box` action; ``Kmax`` the largest ``nvec`` entry.
+
+* `MLP`: dense layers with orthogonal init (``sqrt(2)`` gain) and a named activation.
+* `ActionSpec`: the static description of a policy's action head, built from a space
+  with `ActionSpec.from_space` (raises ``ValueError`` for what no head handles).
+* Distributions (`Categorical`, `MultiCategorical`, `DiagGaussian`, `TanhGaussian`),
+  pytrees with ``sample(key)``, ``log_prob(x)``, ``entropy()``, ``mode()`` and
+  ``to_env(x)``. Samples are *raw* actions (what log-probs are taken of); ``to_env``
+  maps them to the env's action space (identity for discrete heads, clipping to the
+  bounds for `DiagGaussian`, an affine ``tanh`` squash for `TanhGaussian`).
+* `ActorCritic`: an actor MLP with the head of an `ActionSpec` and a critic MLP with a
+  scalar value. The critic reads ``critic_obs`` when given (a centralised critic, e.g.
+  ``concat(global_state, own_obs)`` for MAPPO), else the actor's observation.
+  ``shared_torso=True`` shares one MLP (WarpDrive's layout; not with ``critic_obs``).
+* `ValueNetwork`, `QNetwork`, `DeterministicActor`: single-output MLPs other
+  algorithms (DDPG) reuse.
+
+Example:
+    >>> import jax, jax.numpy as jnp
+    >>> from jaxdrive.spaces import MultiDiscrete
+    >>> spec = ActionSpec.from_space(MultiDiscrete([3, 5]))
+    >>> net = ActorCritic(spec, hidden_sizes=(16,))
+    >>> params = net.init(jax.random.key(0), jnp.zeros((4, 6)))
+    >>> dist, value = net.apply(params, jnp.zeros((4, 6)))
+    >>> dist.sample(jax.random.key(1)).shape, value.shape
+    ((4, 2), (4,))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jaxdrive.spaces import Box, Discrete, MultiDiscrete, Space
+
+__all__ = [
+    "ACTIVATIONS",
+    "HEAD_KINDS",
+    "MLP",
+    "ActionSpec",
+    "ActorCritic",
+    "Categorical",
+    "DeterministicActor",
+    "DiagGaussian",
+    "MultiCategorical",
+    "QNetwork",
+    "TanhGaussian",
+    "ValueNetwork",
+    "activation_fn",
+    "flat_obs_size",
+]
+
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "tanh": jnp.tanh,
+    "relu": nn.relu,
+    "elu": nn.elu,
+    "gelu": nn.gelu,
+    "silu": nn.silu,
+    "swish": nn.silu,
+    "leaky_relu": nn.leaky_relu,
+}
+
+#: Continuous head kinds for `Box` actions.
+HEAD_KINDS = ("gaussian", "tanh_gaussian")
+
+_NEG = -1e9  # logit of a padded (impossible) category of a MultiCategorical
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def activation_fn(name: str) -> Callable[[jax.Array], jax.Array]:
+    """The activation called ``name`` (one of `ACTIVATIONS`); ``ValueError`` otherwise."""
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {name!r}; known: {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[name]
+
+
+def flat_obs_size(space: Space) -> int:
+    """Number of features of one observation of ``space`` once flattened."""
+    return int(np.prod(space.shape, dtype=np.int64)) if space.shape else 1
+
+
+# ----------------------------------------------------------------------------------------
+# Distributions
+# ----------------------------------------------------------------------------------------
+@struct.dataclass
+class Categorical:
+    """One categorical per batch element over ``K`` classes."""
+
+    logits: jax.Array  # [..., K] float32
+
+    def _log_probs(self) -> jax.Array:
+        return jax.nn.log_softmax(self.logits, axis=-1)
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        """Draws ``[...]`` int32 classes."""
+        return jax.random.categorical(key, self.logits, axis=-1).astype(jnp.int32)
+
+    def log_prob(self, x: jax.Array) -> jax.Array:
+        """``log p(x)`` for ``x: [...]`` ints; returns ``[...]``."""
+        lp = self._log_probs()
+        return jnp.take_along_axis(lp, x[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+    def entropy(self) -> jax.Array:
+        """``[...]`` entropy in nats."""
+        lp = self._log_probs()
+        return -jnp.sum(jnp.exp(lp) * lp, axis=-1)
+
+    def mode(self) -> jax.Array:
+        return jnp.argmax(self.logits, axis=-1).astype(jnp.int32)
+
+    def to_env(self, x: jax.Array) -> jax.Array:
+        return x
+
+
+@struct.dataclass
+class MultiCategorical:
+    """``D`` independent categoricals (a `MultiDiscrete` action), padded to ``Kmax``.
+
+    Padded classes carry logit ``-1e9`` so they are never drawn and add nothing to
+    the entropy. Log-probs and entropies are summed over the ``D`` dimensions.
+    """
+
+    logits: jax.Array  # [..., D, Kmax] float32 (padded entries -1e9)
+
+    def _log_probs(self) -> jax.Array:
+        return jax.nn.log_softmax(self.logits, axis=-1)
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        """Draws ``[..., D]`` int32."""
+        return jax.random.categorical(key, self.logits, axis=-1).astype(jnp.int32)
+
+    def log_prob(self, x: jax.Array) -> jax.Array:
+        """``sum_d log p_d(x_d)`` for ``x: [..., D]``; returns ``[...]``."""
+        lp = self._log_probs()
+        per_dim = jnp.take_along_axis(lp, x[..., None].astype(jnp.int32), axis=-1)[..., 0]
+        return jnp.sum(per_dim, axis=-1)
+
+    def entropy(self) -> jax.Array:
+        """``[...]``: the sum of the ``D`` entropies."""
+        lp = self._log_probs()
+        return -jnp.sum(jnp.exp(lp) * lp, axis=(-2, -1))
+
+    def mode(self) -> jax.Array:
+        return jnp.argmax(self.logits, axis=-1).astype(jnp.int32)
+
+    def to_env(self, x: jax.Array) -> jax.Array:
+        return x
+
+
+@struct.dataclass
+class DiagGaussian:
+    """A diagonal Gaussian; ``to_env`` clips samples to the Box bounds."""
+
+    mean: jax.Array  # [..., D]
+    log_std: jax.Array  # [..., D] (or broadcastable to it)
+    low: jax.Array  # [D] action lower bound (may be -inf)
+    high: jax.Array  # [D] action upper bound (may be +inf)
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        """Draws ``[..., D]`` unclipped float32 samples."""
+        eps = jax.random.normal(key, self.mean.shape, jnp.float32)
+        return self.mean + jnp.exp(self.log_std) * eps
+
+    def log_prob(self, x: jax.Array) -> jax.Array:
+        """Density of unclipped ``x: [..., D]``, summed over ``D``: ``[...]``."""
+        log_std = jnp.broadcast_to(self.log_std, self.mean.shape)
+        z = (x - self.mean) * jnp.exp(-log_std)
+        return jnp.sum(-0.5 * z**2 - log_std - 0.5 * _LOG_2PI, axis=-1)
+
+    def entropy(self) -> jax.Array:
+        log_std = jnp.broadcast_to(self.log_std, self.mean.shape)
+        return jnp.sum(log_std + 0.5 * (1.0 + _LOG_2PI), axis=-1)
+
+    def mode(self) -> jax.Array:
+        return self.mean
+
+    def to_env(self, x: jax.Array) -> jax.Array:
+        return jnp.clip(x, self.low, self.high)
+
+
+@struct.dataclass
+class TanhGaussian:
+    """A Gaussian over raw ``u`` whose env action is ``low + (tanh(u)+1)/2·(high−low)``.
+
+    ``log_prob(u)`` is the density of the squashed action (change of variables);
+    ``entropy()`` returns the Gaussian's (pre-squash) entropy, a common stand-in since
+    the squashed one has no closed form.
+    """
+
+    mean: jax.Array  # [..., D]
+    log_std: jax.Array  # [..., D] (or broadcastable to it)
+    low: jax.Array  # [D] finite lower bound
+    high: jax.Array  # [D] finite upper bound
+
+    def _base(self) -> DiagGaussian:
+        return DiagGaussian(self.mean, self.log_std, self.low, self.high)
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        """Draws raw pre-squash ``u: [..., D]``."""
+        return self._base().sample(key)
+
+    def log_prob(self, u: jax.Array) -> jax.Array:
+        half = 0.5 * (self.high - self.low)
+        # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), stable for large |u|.
+        log_det = 2.0 * (math.log(2.0) - u - jax.nn.softplus(-2.0 * u)) + jnp.log(half)
+        return self._base().log_prob(u) - jnp.sum(log_det, axis=-1)
+
+    def entropy(self) -> jax.Array:
+        return self._base().entropy()
+
+    def mode(self) -> jax.Array:
+        return self.mean
+
+    def to_env(self, u: jax.Array) -> jax.Array:
+        return self.low + (jnp.tanh(u) + 1.0) * 0.5 * (self.high - self.low)
+
+
+# ----------------------------------------------------------------------------------------
+# Action heads
+# ----------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class ActionSpec:
+    """Static, hashable description of an action head.
+
+    kind: ``"discrete"`` (``sizes=(K,)``), ``"multi_discrete"`` (``sizes=nvec``),
+    ``"gaussian"`` or ``"tanh_gaussian"`` (``sizes=(D,)``, bounds in ``low``/``high``).
+    """
+
+    kind: str
+    sizes: tuple[int, ...]
+    low: tuple[float, ...] = ()
+    high: tuple[float, ...] = ()
+    log_std_init: float = 0.0
+
+    @classmethod
+    def from_space(
+        cls, space: Space, continuous_head: str = "gaussian", log_std_init: float = 0.0
+    ) -> ActionSpec:
+        """The head for ``space``; ``ValueError`` for spaces no head handles."""
+        if isinstance(space, Discrete):
+            return cls("discrete", (space.n,))
+        if isinstance(space, MultiDiscrete):
+            return cls("multi_discrete", tuple(space.nvec))
+        if isinstance(space, Box):
+            if continuous_head not in HEAD_KINDS:
+                raise ValueError(
+                    f"unknown continuous action head {continuous_head!r}; known: {HEAD_KINDS}"
+                )
+            if len(space.shape) != 1:
+                raise ValueError(
+                    f"Box action spaces must be 1-D for the Gaussian heads, got shape {space.shape}"
+                )
+            low = tuple(float(v) for v in space.low)
+            high = tuple(float(v) for v in space.high)
+            if continuous_head == "tanh_gaussian" and not (
+                np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))
+            ):
+                raise ValueError(
+                    f"action_head 'tanh_gaussian' needs finite Box bounds, got {space}; "
+                    "use 'gaussian'"
+                )
+            return cls(continuous_head, (space.shape[0],), low, high, float(log_std_init))
+        raise ValueError(
+            f"unsupported action space {space!r}: the on-policy heads handle Discrete, "
+            "MultiDiscrete and 1-D Box"
+        )
+
+    @property
+    def is_discrete(self) -> bool:
+        return self.kind in ("discrete", "multi_discrete")
+
+    @property
+    def action_shape(self) -> tuple[int, ...]:
+        """Shape of one raw action: ``()`` for discrete, ``(D,)`` otherwise."""
+        return (
+            ()
+            if self.kind == "discrete"
+            else (len(self.sizes) if self.is_discrete else self.sizes[0],)
+        )
+
+    @property
+    def action_dtype(self) -> Any:
+        return jnp.int32 if self.is_discrete else jnp.float32
+
+    @property
+    def num_outputs(self) -> int:
+        """Number of outputs of the head's dense layer."""
+        if self.kind == "discrete":
+            return self.sizes[0]
+        if self.kind == "multi_discrete":
+            return int(sum(self.sizes))
+        return self.sizes[0]
+
+
+class ActionHead(nn.Module):
+    """Dense layer(s) mapping features ``[..., H]`` to the distribution of an `ActionSpec`.
+
+    Logit/mean layers use orthogonal init with gain 0.01 (near-uniform start); the
+    Gaussian ``log_std`` is a state-independent parameter ``[D]``.
+    """
+
+    spec: ActionSpec
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> Any:
+        spec = self.spec
+        out = nn.Dense(
+            spec.num_outputs,
+            kernel_init=nn.initializers.orthogonal(0.01),
+            bias_init=nn.initializers.zeros,
+            name="logits" if spec.is_discrete else "mean",
+        )(x)
+        if spec.kind == "discrete":
+            return Categorical(out)
+        if spec.kind == "multi_discrete":
+            kmax = max(spec.sizes)
+            chunks, start = [], 0
+            for n in spec.sizes:
+                c = out[..., start : start + n]
+                start += n
+                if n < kmax:
+                    pad = jnp.full((*c.shape[:-1], kmax - n), _NEG, c.dtype)
+                    c = jnp.concatenate([c, pad], axis=-1)
+                chunks.append(c)
+            return MultiCategorical(jnp.stack(chunks, axis=-2))
+        log_std = self.param(
+            "log_std", nn.initializers.constant(spec.log_std_init), (spec.sizes[0],)
+        )
+        low = jnp.asarray(spec.low, jnp.float32)
+        high = jnp.asarray(spec.high, jnp.float32)
+        cls = DiagGaussian if spec.kind == "gaussian" else TanhGaussian
+        return cls(out, jnp.broadcast_to(log_std, out.shape), low, high)
+
+
+# ----------------------------------------------------------------------------------------
+# Networks
+# ----------------------------------------------------------------------------------------
+class MLP(nn.Module):
+    """Dense layers ``hidden_sizes`` with ``activation`` after each: ``[..., I] -> [..., H]``.
+
+    Orthogonal kernel init with gain ``sqrt(2)``, zero biases.
+    """
+
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        act = activation_fn(self.activation)
+        x = x.astype(jnp.float32)
+        for i, h in enumerate(self.hidden_sizes):
+            x = nn.Dense(
+                int(h),
+                kernel_init=nn.initializers.orthogonal(math.sqrt(2.0)),
+                bias_init=nn.initializers.zeros,
+                name=f"dense_{i}",
+            )(x)
+            x = act(x)
+        return x
+
+
+def _value_head(x: jax.Array, name: str = "value") -> jax.Array:
+    v = nn.Dense(
+        1, kernel_init=nn.initializers.orthogonal(1.0), bias_init=nn.initializers.zeros, name=name
+    )(x)
+    return v[..., 0]
+
+
+class ValueNetwork(nn.Module):
+    """State-value MLP: ``[..., I] -> [...]``."""
+
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return _value_head(MLP(self.hidden_sizes, self.activation, name="torso")(x))
+
+
+class QNetwork(nn.Module):
+    """Action-value MLP on ``concat(obs, action)``: ``([..., O], [..., D]) -> [...]``."""
+
+    hidden_sizes: Sequence[int] = (256, 256)
+    activation: str = "relu"
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        x = jnp.concatenate([obs.astype(jnp.float32), action.astype(jnp.float32)], axis=-1)
+        return _value_head(MLP(self.hidden_sizes, self.activation, name="torso")(x), "q")
+
+
+class DeterministicActor(nn.Module):
+    """``[..., O] -> [..., D]`` actions in ``[low, high]`` via a tanh output."""
+
+    action_dim: int
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+    hidden_sizes: Sequence[int] = (256, 256)
+    activation: str = "relu"
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        x = MLP(self.hidden_sizes, self.activation, name="torso")(obs)
+        x = nn.Dense(
+            self.action_dim,
+            kernel_init=nn.initializers.orthogonal(0.01),
+            bias_init=nn.initializers.zeros,
+            name="action",
+        )(x)
+        low = jnp.asarray(self.low, jnp.float32)
+        high = jnp.asarray(self.high, jnp.float32)
+        return low + (jnp.tanh(x) + 1.0) * 0.5 * (high - low)
+
+
+class ActorCritic(nn.Module):
+    """Actor (a distribution per `ActionSpec`) and critic (a scalar value).
+
+    ``__call__(obs [..., O], critic_obs [..., C] | None) -> (dist, value [...])``;
+    ``policy(obs)`` and ``value(obs, critic_obs)`` compute one half each (use
+    ``apply(..., method="policy")``). Separate actor and critic torsos unless
+    ``shared_torso``.
+    """
+
+    spec: ActionSpec
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+    shared_torso: bool = False
+
+    def setup(self) -> None:
+        if self.shared_torso:
+            self.torso = MLP(self.hidden_sizes, self.activation)
+        else:
+            self.actor_torso = MLP(self.hidden_sizes, self.activation)
+            self.critic_torso = MLP(self.hidden_sizes, self.activation)
+        self.actor_head = ActionHead(self.spec)
+        self.value_head = nn.Dense(
+            1, kernel_init=nn.initializers.orthogonal(1.0), bias_init=nn.initializers.zeros
+        )
+
+    def policy(self, obs: jax.Array) -> Any:
+        """The action distribution for ``obs: [..., O]``."""
+        h = self.torso(obs) if self.shared_torso else self.actor_torso(obs)
+        return self.actor_head(h)
+
+    def value(self, obs: jax.Array, critic_obs: jax.Array | None = None) -> jax.Array:
+        """``[...]`` value of ``critic_obs`` (``[..., C]``) if given, else of ``obs``."""
+        if self.shared_torso:
+            if critic_obs is not None:
+                raise ValueError("shared_torso cannot be used with a centralised critic input")
+            h = self.torso(obs)
+        else:
+            h = self.critic_torso(obs if critic_obs is None else critic_obs)
+        return self.value_head(h)[..., 0]
+
+    def __call__(
+        self, obs: jax.Array, critic_obs: jax.Array | None = None
+    ) -> tuple[Any, jax.Array]:
+        if self.shared_torso:
+            if critic_obs is not None:
+                raise ValueError("shared_torso cannot be used with a centralised critic input")
+            h = self.torso(obs)
+            return self.actor_head(h), self.value_head(h)[..., 0]
+        return self.policy(obs), self.value(obs, critic_obs)

@@ -1,0 +1,529 @@
+"""The on-policy actor-critic trainer shared by PPO and A2C.
+
+`make_on_policy_trainer` builds a `jaxdrive.training.Trainer` whose ``update`` is one
+whole iteration, pure and jittable:
+
+1. **Rollout**: a `lax.scan` of ``T = num_steps`` steps of ``N = num_envs`` envs
+   (``jaxdrive.vectorize(EpisodeStats(env), N, auto_reset=True, keep_final_obs=True)``).
+   Each policy acts for the agents of its groups (concatenated on the agent axis,
+   parameter sharing), storing ``[T, N, A_p, ...]`` observations, raw actions,
+   behaviour log-probs, values, rewards, the ``active`` mask of the observation acted
+   on, terminated/truncated flags and ``V(final_obs)`` for truncation bootstraps.
+2. **Advantages** per policy: GAE(λ) over ``[T, N·A_p]`` (`algorithms.common.gae`),
+   optionally on rewards scaled by a running std of discounted returns.
+3. **Learning** per trained policy: ``num_epochs`` passes over ``num_minibatches``
+   shuffled minibatches of the ``T·N·A_p`` samples (nested `lax.scan`), the algorithm's
+   loss masked to active agents, ``clip_by_global_norm`` then Adam. Frozen policies
+   act but are never updated (their normalisation statistics stay fixed too).
+
+Observation normalisation (``normalize_obs``) keeps per-policy running statistics,
+used unchanged for a whole iteration (rollout and learning) and updated at its end.
+A centralised critic (``centralized_critic``, MAPPO) reads
+``concat(global_state, own normalised obs)``: the env's ``global_state`` broadcast to
+every agent of the policy, then the agent's own observation (which identifies it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+import jaxdrive
+from algorithms.common.config import (
+    PolicySpec,
+    as_dict,
+    check_top_level,
+    make_env,
+    num_iterations,
+    resolve_policies,
+)
+from algorithms.common.gae import bootstrap_values, gae_advantages
+from algorithms.common.multi_policy import PolicyMap
+from algorithms.common.networks import ActionSpec, ActorCritic, activation_fn, flat_obs_size
+from algorithms.common.normalization import RunningMeanStd
+from algorithms.common.schedules import SCHEDULES, make_schedule
+from jaxdrive.training import Trainer
+from jaxdrive.types import TimeStep
+
+__all__ = [
+    "LossFn",
+    "PolicyState",
+    "RunnerState",
+    "make_on_policy_trainer",
+    "masked_mean",
+]
+
+#: ``loss_fn(logp, entropy, value, mb, hp, ent_coef) -> (loss, aux)``: ``logp``,
+#: ``entropy``, ``value`` and every ``mb`` entry (``old_logp``, ``old_value``,
+#: ``advantage`` (already normalised if asked), ``target``, ``mask``) are ``[M]``;
+#: ``aux`` must hold float32 scalars ``policy``, ``value``, ``entropy`` (more allowed).
+LossFn = Callable[..., tuple[jax.Array, dict[str, jax.Array]]]
+
+
+def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
+    """Mean of ``x`` over entries where ``mask`` (same shape) is True; 0 when none."""
+    m = mask.astype(jnp.float32)
+    return jnp.sum(x * m) / jnp.maximum(jnp.sum(m), 1.0)
+
+
+@struct.dataclass
+class PolicyState:
+    """One policy's learner state."""
+
+    params: Any  # flax variables {"params": ...} of its ActorCritic
+    opt_state: Any  # optax state of clip_by_global_norm + adam
+    obs_norm: RunningMeanStd  # mean/var [O] of flat observations (used if normalize_obs)
+    ret_norm: RunningMeanStd  # mean/var [] of discounted returns (used if normalize_rewards)
+    ret_acc: jax.Array  # [N, A_p] float32 running discounted return per agent slot
+
+
+@struct.dataclass
+class RunnerState:
+    """Everything one training run carries between iterations (checkpointable)."""
+
+    policies: dict[str, PolicyState]  # by policy name
+    env_state: Any  # batched env state, leaves [N, ...]
+    timestep: TimeStep  # last batched timestep, leaves [N, ...]
+    key: jax.Array  # [2] uint32 raw PRNG key
+    iteration: jax.Array  # [] int32 iterations done
+
+
+def _check_positive_int(hp: Mapping[str, Any], key: str, where: str) -> int:
+    v = hp[key]
+    if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+        raise ValueError(f"{where}.{key} must be a positive integer, got {v!r}")
+    return int(v)
+
+
+def _check_hparams(spec: PolicySpec, batch: int, fixed_steps: bool) -> ActionSpec:
+    """Checks one policy's hyper-parameters; returns its `ActionSpec`."""
+    hp = spec.hp
+    where = f"policy {spec.name!r}"
+    for k in ("gamma", "gae_lambda"):
+        if not 0.0 <= float(hp[k]) <= 1.0:
+            raise ValueError(f"{where}: {k} must lie in [0, 1], got {hp[k]}")
+    for k in ("lr", "max_grad_norm", "adam_eps"):
+        if not float(hp[k]) > 0.0:
+            raise ValueError(f"{where}: {k} must be > 0, got {hp[k]}")
+    for k in ("lr_schedule", "ent_schedule"):
+        if hp[k] not in SCHEDULES:
+            raise ValueError(f"{where}: {k} must be one of {SCHEDULES}, got {hp[k]!r}")
+    activation_fn(hp["activation"])
+    if not hp["hidden_sizes"]:
+        raise ValueError(f"{where}: hidden_sizes must list at least one layer size")
+    if hp["centralized_critic"] and hp["shared_torso"]:
+        raise ValueError(f"{where}: shared_torso cannot be combined with centralized_critic")
+    if not fixed_steps:
+        epochs = _check_positive_int(hp, "num_epochs", where)
+        mbs = _check_positive_int(hp, "num_minibatches", where)
+        del epochs
+        if batch % mbs:
+            raise ValueError(
+                f"{where}: num_minibatches={mbs} does not divide its batch of "
+                f"num_steps*num_envs*agents = {batch} samples"
+            )
+    try:
+        return ActionSpec.from_space(
+            spec.action_space, hp["action_head"], float(hp["log_std_init"])
+        )
+    except ValueError as e:
+        raise ValueError(f"{where} (groups {list(spec.groups)}): {e}") from None
+
+
+def make_on_policy_trainer(
+    config: Any,
+    env: Any,
+    env_params: Any,
+    *,
+    algo_name: str,
+    algo_defaults: Mapping[str, Any],
+    loss_fn: LossFn,
+    single_step: bool = False,
+) -> Trainer:
+    """Builds the trainer (see the module docstring).
+
+    ``single_step``: one gradient step on the whole batch per iteration (A2C); the
+    ``num_epochs``/``num_minibatches`` keys are then not used.
+    """
+    check_top_level(config)
+    if config["algorithm"] != algo_name:
+        raise ValueError(
+            f"config.algorithm is {config['algorithm']!r} but this is the {algo_name!r} "
+            "trainer; use algorithms.make_train to dispatch"
+        )
+    if env is None:
+        env, env_params = make_env(config)
+    if env_params is None:
+        env_params = env.default_params
+    n_iter = num_iterations(config)
+    N, T = int(config["num_envs"]), int(config["num_steps"])
+    specs = resolve_policies(config, env, algo_defaults)
+    if "run" in as_dict(config) and config["run"] is not None:
+        as_dict(config["run"], "config.run")
+
+    pmap = PolicyMap({p: s.groups for p, s in specs.items()}, env.agent_counts)
+    names = tuple(specs)
+    stats_env = jaxdrive.wrappers.EpisodeStats(env)
+    venv = jaxdrive.vectorize(stats_env, N, auto_reset=True, keep_final_obs=True)
+
+    # ---- static per-policy setup -------------------------------------------------------
+    nets: dict[str, ActorCritic] = {}
+    txs: dict[str, optax.GradientTransformation] = {}
+    action_specs: dict[str, ActionSpec] = {}
+    obs_sizes: dict[str, int] = {}
+    epochs: dict[str, int] = {}
+    minibatches: dict[str, int] = {}
+    for p, s in specs.items():
+        hp = s.hp
+        batch = T * N * s.num_agents
+        action_specs[p] = _check_hparams(s, batch, single_step)
+        epochs[p] = 1 if single_step else int(hp["num_epochs"])
+        minibatches[p] = 1 if single_step else int(hp["num_minibatches"])
+        obs_sizes[p] = flat_obs_size(s.obs_space)
+        nets[p] = ActorCritic(
+            action_specs[p], s.hp["hidden_sizes"], s.hp["activation"], bool(s.hp["shared_torso"])
+        )
+        lr = make_schedule(
+            hp["lr_schedule"], float(hp["lr"]), 0.0, n_iter * epochs[p] * minibatches[p]
+        )
+        txs[p] = optax.chain(
+            optax.clip_by_global_norm(float(hp["max_grad_norm"])),
+            optax.adam(lr, eps=float(hp["adam_eps"])),
+        )
+    ent_schedules = {
+        p: make_schedule(
+            s.hp["ent_schedule"], float(s.hp["ent_coef"]), float(s.hp["ent_coef_final"]), n_iter
+        )
+        for p, s in specs.items()
+    }
+    need_gs = any(bool(s.hp["centralized_critic"]) for s in specs.values())
+    gs_size = 0
+    if need_gs:
+        try:
+            shape = jax.eval_shape(
+                lambda k: env.global_state(env.reset(k, env_params)[0], env_params),
+                jax.random.key(0),
+            )
+        except NotImplementedError as e:
+            raise ValueError(
+                f"centralized_critic needs env.global_state, which {env.name} lacks: {e}"
+            ) from None
+        gs_size = int(np.prod(shape.shape, dtype=np.int64))
+
+    def global_state(env_state: Any) -> jax.Array:
+        gs = jax.vmap(stats_env.global_state, in_axes=(0, None))(env_state, env_params)
+        return gs.reshape(N, -1).astype(jnp.float32)
+
+    def flat_obs(p: str, obs: jax.Array, lead: int) -> jax.Array:
+        """``[*lead_dims, *O] -> [*lead_dims, O_flat]`` float32."""
+        return obs.reshape(*obs.shape[:lead], obs_sizes[p]).astype(jnp.float32)
+
+    def inputs(p: str, ps: PolicyState, obs: jax.Array, gs: jax.Array | None):
+        """Network inputs of policy ``p``: obs ``[..., O]`` (flat), gs ``[..., D]`` per row."""
+        x = ps.obs_norm.normalize(obs) if specs[p].hp["normalize_obs"] else obs
+        if specs[p].hp["centralized_critic"]:
+            c = jnp.concatenate([jnp.broadcast_to(gs, (*x.shape[:-1], gs.shape[-1])), x], -1)
+            return x, c
+        return x, None
+
+    # ---- init --------------------------------------------------------------------------
+    def init(key: jax.Array) -> RunnerState:
+        key = jnp.asarray(key)
+        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+            key = jax.random.key_data(key)
+        k_env, k_run, *k_pol = jax.random.split(jax.random.wrap_key_data(key), 2 + len(names))
+        env_state, ts = venv.reset(k_env, env_params)
+        pols = {}
+        for p, k in zip(names, k_pol, strict=True):
+            x = jnp.zeros((1, obs_sizes[p]), jnp.float32)
+            c = (
+                jnp.zeros((1, gs_size + obs_sizes[p]))
+                if specs[p].hp["centralized_critic"]
+                else None
+            )
+            params = nets[p].init(k, x, c)
+            pols[p] = PolicyState(
+                params=params,
+                opt_state=txs[p].init(params),
+                obs_norm=RunningMeanStd.create((obs_sizes[p],)),
+                ret_norm=RunningMeanStd.create(()),
+                ret_acc=jnp.zeros((N, specs[p].num_agents), jnp.float32),
+            )
+        return RunnerState(
+            policies=pols,
+            env_state=env_state,
+            timestep=ts,
+            key=jax.random.key_data(k_run),
+            iteration=jnp.zeros((), jnp.int32),
+        )
+
+    # ---- rollout -----------------------------------------------------------------------
+    def rollout(rs: RunnerState, key: jax.Array):
+        pols = rs.policies
+
+        def step(carry, k):
+            env_state, ts = carry
+            k_env, *k_pol = jax.random.split(k, 1 + len(names))
+            gs = global_state(env_state) if need_gs else None  # [N, D]
+            gs_b = None if gs is None else gs[:, None, :]
+            obs_p = pmap.to_policy(ts.obs, axis=1)
+            active_p = pmap.to_policy(ts.active, axis=1)
+            out, env_actions = {}, {}
+            for p, kp in zip(names, k_pol, strict=True):
+                obs = flat_obs(p, obs_p[p], 2)  # [N, A_p, O]
+                x, c = inputs(p, pols[p], obs, gs_b)
+                dist, value = nets[p].apply(pols[p].params, x, c)
+                raw = dist.sample(kp)
+                env_actions[p] = dist.to_env(raw)
+                out[p] = {
+                    "obs": obs,
+                    "action": raw,
+                    "logp": dist.log_prob(raw),
+                    "value": value,
+                    "active": active_p[p],
+                }
+            env_state, nts = venv.step(
+                k_env, env_state, pmap.to_groups(env_actions, axis=1), env_params
+            )
+            final_p = pmap.to_policy(nts.extras["final_obs"], axis=1)
+
+            def final_values(_):
+                vals = {}
+                for p in names:
+                    obs = flat_obs(p, final_p[p], 2)
+                    x, c = inputs(p, pols[p], obs, gs_b)
+                    vals[p] = nets[p].apply(pols[p].params, x, c, method="value")
+                return vals
+
+            def no_values(_):
+                return {p: jnp.zeros((N, specs[p].num_agents), jnp.float32) for p in names}
+
+            fv = jax.lax.cond(jnp.any(nts.done), final_values, no_values, None)
+            rew_p = pmap.to_policy(nts.reward, axis=1)
+            term_p = pmap.to_policy(nts.terminated, axis=1)
+            trunc_p = pmap.to_policy(nts.truncated, axis=1)
+            for p in names:
+                out[p].update(
+                    reward=rew_p[p].astype(jnp.float32),
+                    terminated=term_p[p],
+                    ends=term_p[p] | trunc_p[p] | nts.done[:, None],
+                    final_value=fv[p],
+                )
+            done_f = nts.done.astype(jnp.float32)  # [N]
+            stats = {
+                "episodes_done": jnp.sum(done_f),
+                "episode_length": jnp.sum(done_f * nts.extras["episode_length"]),
+            }
+            for g in env.groups:
+                ret = jnp.mean(nts.extras["episode_return"][g], axis=-1)
+                stats[f"episode_return/{g}"] = jnp.sum(done_f * ret)
+            if need_gs:
+                out["_gs"] = gs
+            return (env_state, nts), (out, stats)
+
+        (env_state, ts), (traj, stats) = jax.lax.scan(
+            step, (rs.env_state, rs.timestep), jax.random.split(key, T)
+        )
+        # Values of the observation after the last step, for the bootstrap.
+        gs = global_state(env_state) if need_gs else None
+        obs_p = pmap.to_policy(ts.obs, axis=1)
+        last_values = {}
+        for p in names:
+            x, c = inputs(p, pols[p], flat_obs(p, obs_p[p], 2), None if gs is None else gs[:, None])
+            last_values[p] = nets[p].apply(pols[p].params, x, c, method="value")
+        return env_state, ts, traj, stats, last_values, gs
+
+    # ---- learning ----------------------------------------------------------------------
+    def learn(p: str, ps: PolicyState, tr: dict, last_value, gs_all, ent_coef, key):
+        """Advantages and the update epochs of policy ``p``; returns (state, metrics)."""
+        hp = specs[p].hp
+        A = specs[p].num_agents
+        B = N * A
+        M = T * B
+
+        def tb(x):  # [T, N, A_p, ...] -> [T, B, ...]
+            return x.reshape(T, B, *x.shape[3:])
+
+        reward, value, active = tb(tr["reward"]), tb(tr["value"]), tb(tr["active"])
+        ends, term = tb(tr["ends"]), tb(tr["terminated"])
+        ret_norm, ret_acc = ps.ret_norm, ps.ret_acc
+        if hp["normalize_rewards"]:
+
+            def acc_body(acc, x):
+                r, end = x
+                acc = acc * hp["gamma"] + r
+                return jnp.where(end, 0.0, acc), acc
+
+            ret_acc, rets = jax.lax.scan(acc_body, ret_acc.reshape(B), (reward, ends))
+            ret_acc = ret_acc.reshape(N, A)
+            ret_norm = ret_norm.update(rets.reshape(M), active.reshape(M))
+            reward = reward / ret_norm.std
+        next_values = bootstrap_values(
+            value, last_value.reshape(B), term, ends, tb(tr["final_value"])
+        )
+        adv, targets = gae_advantages(
+            reward, value, next_values, ends, hp["gamma"], hp["gae_lambda"]
+        )
+        batch = {
+            "obs": tr["obs"].reshape(M, obs_sizes[p]),
+            "action": tr["action"].reshape(M, *tr["action"].shape[3:]),
+            "old_logp": tr["logp"].reshape(M),
+            "old_value": value.reshape(M),
+            "advantage": adv.reshape(M),
+            "target": targets.reshape(M),
+            "mask": active.reshape(M),
+        }
+        if hp["centralized_critic"]:
+            batch["row"] = jnp.arange(M, dtype=jnp.int32) // A  # index into gs_all [T*N, D]
+        n_mb, n_ep = minibatches[p], epochs[p]
+        net, tx = nets[p], txs[p]
+        obs_norm = ps.obs_norm
+
+        def loss(params, mb):
+            x = obs_norm.normalize(mb["obs"]) if hp["normalize_obs"] else mb["obs"]
+            c = None
+            if hp["centralized_critic"]:
+                c = jnp.concatenate([gs_all[mb["row"]], x], axis=-1)
+            dist, v = net.apply(params, x, c)
+            logp = dist.log_prob(mb["action"])
+            ent = dist.entropy()
+            a = mb["advantage"]
+            if hp["normalize_advantages"]:
+                mu = masked_mean(a, mb["mask"])
+                sd = jnp.sqrt(masked_mean((a - mu) ** 2, mb["mask"]))
+                a = (a - mu) / (sd + 1e-8)
+            total, aux = loss_fn(logp, ent, v, {**mb, "advantage": a}, hp, ent_coef)
+            log_ratio = logp - mb["old_logp"]
+            aux = dict(aux)
+            aux["approx_kl"] = masked_mean(jnp.expm1(log_ratio) - log_ratio, mb["mask"])
+            return total, aux
+
+        grad_fn = jax.value_and_grad(loss, has_aux=True)
+
+        def mb_step(carry, mb):
+            params, opt_state = carry
+            (_, aux), grads = grad_fn(params, mb)
+            aux["grad_norm"] = optax.global_norm(grads)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+            return (params, opt_state), aux
+
+        def epoch(carry, k):
+            if n_mb == 1 and n_ep == 1:
+                mbs = jax.tree.map(lambda x: x[None], batch)
+            else:
+                perm = jax.random.permutation(k, M)
+                mbs = jax.tree.map(lambda x: x[perm].reshape(n_mb, M // n_mb, *x.shape[1:]), batch)
+            return jax.lax.scan(mb_step, carry, mbs)
+
+        (params, opt_state), aux = jax.lax.scan(
+            epoch, (ps.params, ps.opt_state), jax.random.split(key, n_ep)
+        )
+        metrics = {f"loss/{p}/{k}": jnp.mean(v).astype(jnp.float32) for k, v in aux.items()}
+        mask = batch["mask"]
+        resid = batch["target"] - batch["old_value"]
+        var_t = masked_mean((batch["target"] - masked_mean(batch["target"], mask)) ** 2, mask)
+        var_r = masked_mean((resid - masked_mean(resid, mask)) ** 2, mask)
+        metrics[f"loss/{p}/explained_variance"] = jnp.where(
+            var_t > 0, 1.0 - var_r / jnp.maximum(var_t, 1e-12), 0.0
+        ).astype(jnp.float32)
+        metrics[f"loss/{p}/ent_coef"] = jnp.asarray(ent_coef, jnp.float32)
+        if hp["normalize_obs"]:
+            obs_norm = obs_norm.update(batch["obs"], mask)
+        new_ps = PolicyState(
+            params=params,
+            opt_state=opt_state,
+            obs_norm=obs_norm,
+            ret_norm=ret_norm,
+            ret_acc=ret_acc,
+        )
+        return new_ps, metrics
+
+    # ---- one iteration -----------------------------------------------------------------
+    def update(rs: RunnerState) -> tuple[RunnerState, dict[str, jax.Array]]:
+        key = jax.random.wrap_key_data(rs.key)
+        key, k_roll, *k_learn = jax.random.split(key, 2 + len(names))
+        env_state, ts, traj, stats, last_values, _ = rollout(rs, k_roll)
+        gs_all = traj["_gs"].reshape(T * N, gs_size) if need_gs else None
+        metrics: dict[str, jax.Array] = {}
+        new_pols = dict(rs.policies)
+        for p, k in zip(names, k_learn, strict=True):
+            if specs[p].frozen:
+                continue
+            ent_coef = ent_schedules[p](rs.iteration)
+            new_pols[p], m = learn(p, rs.policies[p], traj[p], last_values[p], gs_all, ent_coef, k)
+            metrics.update(m)
+        n_done = jnp.sum(stats["episodes_done"])
+        denom = jnp.maximum(n_done, 1.0)
+        metrics["episodes_done"] = n_done.astype(jnp.float32)
+        metrics["episode_length"] = (jnp.sum(stats["episode_length"]) / denom).astype(jnp.float32)
+        for g in env.groups:
+            s = jnp.sum(stats[f"episode_return/{g}"]) / denom
+            metrics[f"episode_return/{g}"] = s.astype(jnp.float32)
+        metrics["env_steps"] = ((rs.iteration + 1).astype(jnp.float32) * float(N * T)).astype(
+            jnp.float32
+        )
+        new_rs = RunnerState(
+            policies=new_pols,
+            env_state=env_state,
+            timestep=ts,
+            key=jax.random.key_data(key),
+            iteration=rs.iteration + 1,
+        )
+        return new_rs, metrics
+
+    # ---- acting ------------------------------------------------------------------------
+    def get_params(rs: RunnerState) -> dict[str, Any]:
+        """``{policy: {"params": flax variables, "obs_norm": RunningMeanStd}}``."""
+        return {p: {"params": ps.params, "obs_norm": ps.obs_norm} for p, ps in rs.policies.items()}
+
+    def act(
+        params_by_policy: Mapping[str, Any],
+        key: jax.Array,
+        obs: Mapping[str, jax.Array],
+        deterministic: bool = False,
+    ) -> dict[str, jax.Array]:
+        """Env actions ``{g: [..., A_g, *act_shape]}`` for ``obs {g: [..., A_g, *O_g]}``.
+
+        ``deterministic`` takes each distribution's mode; otherwise samples with ``key``.
+        """
+        if not isinstance(obs, Mapping):
+            obs = {env.groups[0]: obs}
+        if jnp.asarray(key).dtype == jnp.uint32:
+            key = jax.random.wrap_key_data(key)
+        keys = jax.random.split(key, len(names))
+        out = {}
+        for p, k in zip(names, keys, strict=True):
+            s = specs[p]
+            nd = len(s.obs_space.shape)
+            parts = [obs[g] for g in s.groups]
+            lead = parts[0].ndim - nd  # [..., A_g]
+            x = jnp.concatenate(parts, axis=lead - 1) if len(parts) > 1 else parts[0]
+            x = x.reshape(*x.shape[:lead], obs_sizes[p]).astype(jnp.float32)
+            if s.hp["normalize_obs"]:
+                x = params_by_policy[p]["obs_norm"].normalize(x)
+            dist = nets[p].apply(params_by_policy[p]["params"], x, method="policy")
+            raw = dist.mode() if deterministic else dist.sample(k)
+            a = dist.to_env(raw)
+            start = 0
+            for g in s.groups:
+                n = env.num_agents(g)
+                out[g] = jax.lax.slice_in_dim(a, start, start + n, axis=lead - 1)
+                start += n
+        return {g: out[g] for g in env.groups}
+
+    return Trainer(
+        init=init,
+        update=update,
+        num_iterations=n_iter,
+        env_steps_per_iteration=N * T,
+        config=config,
+        get_params=get_params,
+        act=act,
+    )

@@ -1,0 +1,125 @@
+"""Tag (continuous) as WarpDrive's ``tag_continuous.yaml`` sets it up, trained with PPO.
+
+Environment (mirrors the yaml): 10 taggers, 100 runners, ``grid_length`` 20,
+``episode_length`` 500, acceleration ±0.1 and turn ±2.356 (3π/4) with 20 levels each
+(``MultiDiscrete([21, 21])``, index 0 the no-op), partial observation of the ``k = 10``
+nearest agents, tag reward 10, tag penalty −10, tagging distance 0.02 (× L), runners
+leave the game when tagged, end-of-game reward 1.
+
+Training: 100 envs × 250 steps per iteration (WarpDrive's ``train_batch_size`` 25000),
+two policies ``tagger`` and ``runner`` with WarpDrive's numbers (fc 256×256, gamma 0.98,
+entropy coef 0.05, vf coef 1, max grad norm 0.5, no advantage normalisation, Adam lr
+0.001 for taggers and 0.005 for runners). WarpDrive trains them with A2C; **the default
+here is PPO** (4 epochs × 4 minibatches, clip 0.2, GAE λ 0.95) with the same numbers;
+the ``a2c`` preset gives WarpDrive's algorithm (one step per batch, λ = 1).
+WarpDrive's yaml runs 500 episodes × 500 steps = 250k env steps (10 iterations);
+the default here runs 10M env steps (400 iterations).
+
+Presets (``--config=experiments/configs/tag_continuous.py:tiny``, comma-separated):
+``tiny`` (2 taggers + 3 runners, short episodes, small nets: tests and CPU),
+``a2c`` (WarpDrive's A2C), ``mappo`` (a centralised critic on the global state),
+``full_obs`` (full instead of partial observation).
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from algorithms.common.config import default_run_config, drop_ppo_only_keys, parse_presets
+
+PRESETS = ("tiny", "a2c", "mappo", "full_obs")
+
+
+def get_config(preset: str = "") -> ml_collections.ConfigDict:
+    """The TagContinuous run config, with the comma-separated ``preset``s applied."""
+    presets = parse_presets(preset, PRESETS)
+    c = ml_collections.ConfigDict()
+    c.env_name = "tag_continuous"
+    c.env_kwargs = ml_collections.ConfigDict(
+        dict(
+            # static (shapes)
+            num_taggers=10,
+            num_runners=100,
+            episode_length=500,
+            use_full_observation=False,
+            num_other_agents_observed=10,
+            num_acceleration_levels=20,
+            num_turn_levels=20,
+            runner_exits_game_after_tagged=True,
+            # numeric (EnvParams)
+            grid_length=20.0,
+            max_speed=1.0,
+            skill_level_tagger=1.0,
+            skill_level_runner=1.0,
+            min_acceleration=-0.1,
+            max_acceleration=0.1,
+            min_turn=-2.356,
+            max_turn=2.356,
+            edge_hit_penalty=0.0,
+            tagging_distance=0.02,
+            tag_reward_for_tagger=10.0,
+            tag_penalty_for_runner=-10.0,
+            step_penalty_for_tagger=0.0,
+            step_reward_for_runner=0.0,
+            end_of_game_reward_for_runner=1.0,
+        )
+    )
+    c.algorithm = "ppo"
+    c.seed = 274880
+    c.num_envs = 100
+    c.num_steps = 250
+    c.total_env_steps = 10_000_000
+    c.algo = ml_collections.ConfigDict(
+        dict(
+            gamma=0.98,
+            gae_lambda=0.95,
+            num_epochs=4,
+            num_minibatches=4,
+            clip_eps=0.2,
+            clip_value=True,
+            value_clip_eps=0.2,
+            vf_coef=1.0,
+            ent_coef=0.05,
+            ent_schedule="constant",
+            ent_coef_final=0.0,
+            lr_schedule="constant",
+            max_grad_norm=0.5,
+            adam_eps=1e-5,
+            normalize_advantages=False,
+            normalize_obs=False,
+            normalize_rewards=False,
+            centralized_critic=False,
+        )
+    )
+    net = dict(hidden_sizes=(256, 256), activation="relu", frozen=False)
+    c.policies = ml_collections.ConfigDict(
+        {
+            "tagger": dict(groups=["tagger"], lr=0.001, **net),
+            "runner": dict(groups=["runner"], lr=0.005, **net),
+        }
+    )
+    c.run = default_run_config()
+    c.run.animate = True
+    if "tiny" in presets:
+        c.env_kwargs.update(
+            num_taggers=2, num_runners=3, episode_length=20, num_other_agents_observed=2
+        )
+        c.env_kwargs.update(num_acceleration_levels=4, num_turn_levels=4, tagging_distance=0.1)
+        c.env_kwargs.grid_length = 4.0
+        c.num_envs = 4
+        c.num_steps = 8
+        c.total_env_steps = 4 * 8 * 4
+        c.algo.num_minibatches = 2
+        c.algo.num_epochs = 2
+        for p in ("tagger", "runner"):
+            c.policies[p].hidden_sizes = (16,)
+        c.run.iterations_per_chunk = 2
+        c.run.animate = False
+    if "full_obs" in presets:
+        c.env_kwargs.use_full_observation = True
+    if "mappo" in presets:
+        c.algo.centralized_critic = True
+    if "a2c" in presets:
+        drop_ppo_only_keys(c)
+        c.algo.gae_lambda = 1.0
+    return c

@@ -1,0 +1,63 @@
+"""A2C: a tiny Tag with two policies (one frozen), one gradient step per iteration, and
+its config errors."""
+
+import jax
+import numpy as np
+import pytest
+
+import algorithms
+import jaxdrive
+from algorithms.a2c import make_train
+from experiments.configs import tag_continuous
+
+FAST = {"xla_backend_optimization_level": 0}
+
+
+def leaves_equal(a, b) -> bool:
+    return all(
+        np.array_equal(np.asarray(x), np.asarray(y))
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    )
+
+
+def test_a2c_tiny_tag_frozen_tagger():
+    c = tag_continuous.get_config("tiny,a2c")
+    c.policies.tagger.frozen = True
+    env, params = jaxdrive.make(c.env_name, **c.env_kwargs)
+    trainer = algorithms.make_train(c, env, params)
+    assert trainer.num_iterations == 4
+    init = jax.jit(trainer.init, compiler_options=FAST)
+    train = jax.jit(trainer, compiler_options=FAST)
+    rs0 = init(jax.random.PRNGKey(0))
+    rs, m = train(jax.random.PRNGKey(0))
+    m = jax.device_get(m)
+    assert leaves_equal(rs0.policies["tagger"].params, rs.policies["tagger"].params)
+    assert not leaves_equal(rs0.policies["runner"].params, rs.policies["runner"].params)
+    # One gradient step per iteration.
+    assert int(rs.policies["runner"].opt_state[1][0].count) == 4
+    assert "loss/tagger/policy" not in m
+    for k in ("policy", "value", "entropy", "approx_kl", "grad_norm"):
+        v = m[f"loss/runner/{k}"]
+        assert v.shape == (4,) and np.all(np.isfinite(v)), k
+    # One step at the behaviour policy: the ratio is 1, so the KL estimate is 0.
+    np.testing.assert_allclose(m["loss/runner/approx_kl"], 0.0, atol=1e-6)
+    for g in env.groups:
+        assert np.all(np.isfinite(m[f"episode_return/{g}"]))
+    # Same seed, same numbers.
+    _, m2 = train(jax.random.PRNGKey(0))
+    jaxdrive.testing.assert_trees_equal(jax.device_get(m2), m, "A2C metrics, same seed")
+
+
+def test_a2c_rejects_ppo_keys():
+    c = tag_continuous.get_config("tiny")
+    c.algorithm = "a2c"
+    with pytest.raises(ValueError, match=r"\['clip_eps'.*PPO-only"):
+        make_train(c)
+    c = tag_continuous.get_config("tiny,a2c")
+    c.policies.runner.num_epochs = 3
+    with pytest.raises(ValueError, match=r"num_epochs.*config.policies.runner.*PPO-only"):
+        make_train(c)
+    c = tag_continuous.get_config("tiny,a2c")
+    c.algo.gae_lambda = 1.5
+    with pytest.raises(ValueError, match=r"gae_lambda must lie in \[0, 1\]"):
+        make_train(c)

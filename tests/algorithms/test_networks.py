@@ -1,0 +1,212 @@
+"""Networks and distributions: output shapes, and log-probs/entropies against NumPy."""
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from algorithms.common.multi_policy import PolicyMap
+from algorithms.common.networks import (
+    MLP,
+    ActionSpec,
+    ActorCritic,
+    Categorical,
+    DiagGaussian,
+    MultiCategorical,
+    QNetwork,
+    TanhGaussian,
+)
+from algorithms.common.normalization import RunningMeanStd
+from jaxdrive.spaces import Box, Discrete, MultiDiscrete
+
+# Halves XLA's CPU compile time of these small programs.
+jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
+
+
+def np_log_softmax(x):
+    x = x.astype(np.float64)
+    m = x.max(-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+
+
+@pytest.mark.parametrize(
+    "space, act_shape",
+    [
+        (Discrete(4), ()),
+        (MultiDiscrete([3, 5, 2]), (3,)),
+        (Box(-1.0, 1.0, (2,)), (2,)),
+    ],
+)
+def test_actor_critic_shapes(space, act_shape):
+    spec = ActionSpec.from_space(space)
+    net = ActorCritic(spec, hidden_sizes=(8, 8), activation="relu")
+
+    @jit
+    def run(key):
+        obs = jnp.zeros((5, 3, 6))
+        params = net.init(key, obs)
+        dist, v = net.apply(params, obs)
+        a = dist.sample(jax.random.fold_in(key, 1))
+        # Centralised critic input and the value-only method.
+        c = jnp.ones((5, 3, 11))
+        params_c = net.init(key, obs, c)
+        v2 = net.apply(params_c, obs, c, method="value")
+        kernel = params_c["params"]["critic_torso"]["dense_0"]["kernel"]
+        return v, a, dist.log_prob(a), dist.entropy(), dist.mode(), dist.to_env(a), v2, kernel
+
+    v, a, lp, ent, mode, env_a, v2, kernel = run(jax.random.key(0))
+    assert v.shape == (5, 3) and v.dtype == jnp.float32
+    assert a.shape == (5, 3, *act_shape)
+    assert lp.shape == (5, 3) and ent.shape == (5, 3)
+    assert mode.shape == (5, 3, *act_shape)
+    assert bool(space.contains(env_a))
+    assert v2.shape == (5, 3) and kernel.shape == (11, 8)
+
+
+def test_initial_policy_is_near_uniform():
+    spec = ActionSpec.from_space(MultiDiscrete([21, 21]))
+    net = ActorCritic(spec, hidden_sizes=(32, 32))
+
+    @jit
+    def entropy(key):
+        obs = jax.random.normal(key, (10, 7))
+        params = net.init(jax.random.fold_in(key, 1), obs)
+        return net.apply(params, obs)[0].entropy()
+
+    np.testing.assert_allclose(np.asarray(entropy(jax.random.key(0))), 2 * math.log(21), rtol=1e-2)
+
+
+def test_shared_torso():
+    net = ActorCritic(ActionSpec.from_space(Discrete(3)), (8,), shared_torso=True)
+    params = jit(net.init)(jax.random.key(0), jnp.zeros((2, 4)))
+    assert set(params["params"]) == {"torso", "actor_head", "value_head"}
+    with pytest.raises(ValueError, match="shared_torso"):
+        jax.eval_shape(lambda p: net.apply(p, jnp.zeros((2, 4)), jnp.zeros((2, 5))), params)
+
+
+def test_categorical_against_numpy():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(6, 5)).astype(np.float32)
+    x = rng.integers(0, 5, size=6)
+    d = Categorical(jnp.asarray(logits))
+    lp = np_log_softmax(logits)
+    np.testing.assert_allclose(
+        np.asarray(d.log_prob(jnp.asarray(x))), lp[np.arange(6), x], rtol=1e-5
+    )
+    np.testing.assert_allclose(np.asarray(d.entropy()), -(np.exp(lp) * lp).sum(-1), rtol=1e-5)
+    np.testing.assert_array_equal(np.asarray(d.mode()), logits.argmax(-1))
+    # Sampling frequencies follow the probabilities.
+    big = Categorical(jnp.asarray(np.log(np.array([[0.1, 0.6, 0.3]], np.float32))))
+    s = np.asarray(jax.vmap(big.sample)(jax.random.split(jax.random.key(0), 4000)))
+    np.testing.assert_allclose(np.bincount(s[:, 0], minlength=3) / 4000, [0.1, 0.6, 0.3], atol=0.03)
+
+
+def test_multi_categorical_against_numpy():
+    nvec = (3, 5)
+    spec = ActionSpec.from_space(MultiDiscrete(nvec))
+    net = ActorCritic(spec, hidden_sizes=(8,))
+
+    @jit
+    def make(key):
+        obs = jax.random.normal(key, (7, 4)) * 10.0
+        params = net.init(jax.random.fold_in(key, 1), obs)
+        params = jax.tree.map(lambda p: p * 50.0, params)  # far from uniform
+        return net.apply(params, obs)[0]
+
+    dist = make(jax.random.key(0))
+    assert isinstance(dist, MultiCategorical) and dist.logits.shape == (7, 2, 5)
+    logits = np.asarray(dist.logits)
+    lp0 = np_log_softmax(logits[:, 0, :3])  # padded entries excluded
+    lp1 = np_log_softmax(logits[:, 1, :5])
+    x = np.stack([np.arange(7) % 3, np.arange(7) % 5], -1)
+    want = lp0[np.arange(7), x[:, 0]] + lp1[np.arange(7), x[:, 1]]
+    np.testing.assert_allclose(
+        np.asarray(dist.log_prob(jnp.asarray(x))), want, rtol=1e-4, atol=1e-4
+    )
+    ent = -(np.exp(lp0) * lp0).sum(-1) - (np.exp(lp1) * lp1).sum(-1)
+    np.testing.assert_allclose(np.asarray(dist.entropy()), ent, rtol=1e-4, atol=1e-5)
+    # Padded categories are never drawn.
+    s = np.asarray(jax.vmap(dist.sample)(jax.random.split(jax.random.key(2), 500)))
+    assert s[..., 0].max() < 3 and s[..., 1].max() < 5 and s.min() >= 0
+
+
+def test_gaussian_against_numpy():
+    rng = np.random.default_rng(1)
+    mean = rng.normal(size=(4, 3)).astype(np.float32)
+    log_std = rng.normal(size=(3,)).astype(np.float32) * 0.3
+    x = rng.normal(size=(4, 3)).astype(np.float32) * 2
+    low, high = -np.ones(3, np.float32), np.ones(3, np.float32)
+    d = DiagGaussian(jnp.asarray(mean), jnp.broadcast_to(log_std, (4, 3)), low, high)
+    std = np.exp(log_std)
+    want = (-0.5 * ((x - mean) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi)).sum(-1)
+    np.testing.assert_allclose(np.asarray(d.log_prob(jnp.asarray(x))), want, rtol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(d.entropy()),
+        np.full(4, (log_std + 0.5 * (1 + np.log(2 * np.pi))).sum()),
+        rtol=1e-5,
+    )
+    assert np.all(np.abs(np.asarray(d.to_env(jnp.asarray(x)))) <= 1.0)
+    s = np.asarray(jax.vmap(d.sample)(jax.random.split(jax.random.key(0), 4000)))
+    np.testing.assert_allclose(s.std(0), np.broadcast_to(std, (4, 3)), rtol=0.1)
+
+
+def test_tanh_gaussian_against_numpy():
+    rng = np.random.default_rng(2)
+    mean = rng.normal(size=(5, 2)).astype(np.float32)
+    log_std = np.array([-0.2, 0.3], np.float32)
+    u = rng.normal(size=(5, 2)).astype(np.float32) * 2
+    low, high = np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32)
+    d = TanhGaussian(jnp.asarray(mean), jnp.broadcast_to(log_std, (5, 2)), low, high)
+    std = np.exp(log_std)
+    base = (-0.5 * ((u - mean) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi)).sum(-1)
+    half = (high - low) / 2
+    jac = np.log(half * (1 - np.tanh(u.astype(np.float64)) ** 2)).sum(-1)
+    np.testing.assert_allclose(np.asarray(d.log_prob(jnp.asarray(u))), base - jac, rtol=1e-4)
+    a = np.asarray(d.to_env(jnp.asarray(u)))
+    np.testing.assert_allclose(a, low + (np.tanh(u) + 1) / 2 * (high - low), rtol=1e-5)
+    assert np.all(a >= low) and np.all(a <= high)
+
+
+def test_action_spec_errors():
+    with pytest.raises(ValueError, match="finite"):
+        ActionSpec.from_space(Box(-np.inf, np.inf, (2,)), "tanh_gaussian")
+    with pytest.raises(ValueError, match="unknown continuous action head"):
+        ActionSpec.from_space(Box(-1.0, 1.0, (2,)), "beta")
+    with pytest.raises(ValueError, match="1-D"):
+        ActionSpec.from_space(Box(-1.0, 1.0, (2, 2)))
+    with pytest.raises(ValueError, match="unknown activation"):
+        MLP((4,), "sigmoidish").init(jax.random.key(0), jnp.zeros((1, 2)))
+
+
+def test_q_network_shape():
+    q = QNetwork((8,))
+    out = jax.eval_shape(
+        lambda k: q.apply(
+            q.init(k, jnp.zeros((3, 4)), jnp.zeros((3, 2))), jnp.zeros((3, 4)), jnp.zeros((3, 2))
+        ),
+        jax.random.key(0),
+    )
+    assert out.shape == (3,) and out.dtype == jnp.float32
+
+
+def test_policy_map_round_trip():
+    pm = PolicyMap({"p": ("b", "a"), "q": ("c",)}, {"a": 2, "b": 3, "c": 1})
+    tree = {"a": jnp.zeros((4, 2, 7)), "b": jnp.ones((4, 3, 7)), "c": jnp.full((4, 1, 7), 2.0)}
+    pol = pm.to_policy(tree, axis=1)
+    assert pol["p"].shape == (4, 5, 7) and pm.num_agents("p") == 5
+    back = pm.to_groups(pol, axis=1)
+    for g in tree:
+        np.testing.assert_array_equal(np.asarray(back[g]), np.asarray(tree[g]))
+
+
+def test_running_mean_std_masked():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(50, 3)).astype(np.float32) * 3 + 1
+    mask = rng.random(50) < 0.6
+    rms = RunningMeanStd.create((3,)).update(jnp.asarray(x[:20]), jnp.asarray(mask[:20]))
+    rms = rms.update(jnp.asarray(x[20:]), jnp.asarray(mask[20:]))
+    np.testing.assert_allclose(np.asarray(rms.mean), x[mask].mean(0), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(np.asarray(rms.var), x[mask].var(0), rtol=1e-3)
