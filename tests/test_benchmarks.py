@@ -34,3 +34,16 @@ def test_training_throughput_tiny():
     rec = time_training(config, iterations=2, repeats=1)
     assert rec["env_steps_per_s"] > 0
     assert rec["num_envs"] == config.num_envs and rec["algorithm"] == "a2c"
+
+
+def test_final_returns_weight_iterations_by_episodes_done():
+    import numpy as np
+
+    from experiments.benchmarks.training import _final_returns
+
+    metrics = {
+        "episode_return/agent": np.array([[9.0, 500.0, 0.0, 480.0, 0.0]]),
+        "episodes_done": np.array([[3.0, 1.0, 0.0, 3.0, 0.0]]),
+    }
+    out = _final_returns(metrics, last=4)["episode_return/agent"]
+    np.testing.assert_allclose(out, [(500.0 + 3 * 480.0) / 4])

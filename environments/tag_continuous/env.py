@@ -407,9 +407,8 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         """Observations of agents ``rows = (lo, hi)`` (default all), in id order:
         ``[hi − lo, obs_size]`` float32.
 
-        Full observation is built without gathers: neighbour slot ``j'`` of agent ``i`` is
-        agent ``j' + (j' >= i)``, a select between two shifted feature rows, so XLA emits
-        one elementwise pass that writes each observation once.
+        Groups with contiguous ids get their rows built directly (no split of an
+        ``[M, obs]`` array afterwards).
         """
         p = self._f32(params)
         m = self.num_agents_total
@@ -429,11 +428,12 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         g_own = gf[lo:hi][:, None, None]  # [n, 1, 1]
         time = state.t.astype(jnp.float32) / jnp.float32(self.episode_length)
         if self.use_full_observation:
-            i = jnp.arange(lo, hi, dtype=jnp.int32)[:, None, None]  # [n, 1, 1]
-            j = jnp.arange(m - 1, dtype=jnp.int32)[None, None, :]  # [1, 1, M-1]
-            other = jnp.where(j >= i, feats[None, :, 1:], feats[None, :, :-1])  # [n, 7, M-1]
-            # relative features are zero for an agent out of the game; flags stay
-            keep = jnp.where(relative > 0, g_own, 1.0)
+            # neighbour slot j' of agent i is agent j' + (j' >= i): one static gather.
+            cols = jnp.arange(m - 1, dtype=jnp.int32)[None, :]
+            rows_i = jnp.arange(lo, hi, dtype=jnp.int32)[:, None]
+            others = cols + (cols >= rows_i)  # [n, M-1]
+            other = jnp.transpose(feats[:, others], (1, 0, 2))  # [n, 7, M-1]
+            keep = jnp.where(relative > 0, g_own, 1.0)  # out of game: relative parts zero
             out = (other - own * relative) / scale * keep  # [n, 7, M-1]
         else:
             search, kw = self._search_module()

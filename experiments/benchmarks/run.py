@@ -33,6 +33,13 @@ flags.DEFINE_integer("repeats", 5, "timed calls (median reported)")
 flags.DEFINE_integer("train_iterations", 5, "iterations per timed training call")
 flags.DEFINE_integer("num_seeds", 8, "vmapped seeds of the CartPole learning run")
 flags.DEFINE_string(
+    "matmul_precision",
+    "",
+    "jax_default_matmul_precision for the train suites (e.g. 'tensorfloat32', 'bfloat16'); "
+    "comma-separated to time several",
+)
+flags.DEFINE_integer("tag_learning_steps", 10_000_000, "env steps of the Tag learning run")
+flags.DEFINE_string(
     "compare", "", "comma-separated anchor JSONL files or globs (e.g. ../shared/bench/results/*/*)"
 )
 
@@ -141,6 +148,8 @@ TRAIN_CONFIGS = {
 
 def run_train_suite(suite: str, iterations: int, repeats: int) -> list[dict[str, Any]]:
     """Training throughput records of ``suite``."""
+    import jax
+
     from experiments.benchmarks.timing import device_info
     from experiments.benchmarks.training import load_config, time_training
 
@@ -155,7 +164,8 @@ def run_train_suite(suite: str, iterations: int, repeats: int) -> list[dict[str,
         rec.update(bench="train", name=name, **info)
         records.append(rec)
         print(
-            f"train {name:<18} {rec['num_envs']:>6} envs x {rec['num_steps']:>4} steps "
+            f"train {name:<18} {jax.config.jax_default_matmul_precision or 'default':<14} "
+            f"{rec['num_envs']:>6} envs x {rec['num_steps']:>4} steps "
             f"{rec['env_steps_per_s']:>14,.0f} env steps/s {rec['agent_steps_per_s']:>16,.0f} "
             f"agent steps/s  compile {rec['compile_s']:.1f}s",
             flush=True,
@@ -178,7 +188,18 @@ def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
         ("ppo_cartpole", load_config("cartpole"), num_seeds, 475.0),
         ("ppo_acrobot", load_config("acrobot"), 1, -100.0),
         ("ddpg_pendulum", load_config("pendulum"), 1, -200.0),
-        ("ppo_tag", load_config("tag_continuous", "", num_envs=1000, num_steps=100), 1, None),
+        (
+            "ppo_tag",
+            load_config(
+                "tag_continuous",
+                "",
+                num_envs=1000,
+                num_steps=100,
+                total_env_steps=FLAGS.tag_learning_steps,
+            ),
+            1,
+            3.0,
+        ),
     ]
     for name, config, seeds, target in runs:
         out = learning_run(config, num_seeds=seeds)
@@ -257,8 +278,13 @@ def compare(records: list[dict[str, Any]], anchors: list[dict[str, Any]]) -> lis
                 same = a.get("num_envs") == rec["num_envs"] and a.get("env") == "CartPole-v1"
             if same:
                 ratio = rec["env_steps_per_s"] / a["env_steps_per_s"]
+                label = (
+                    f"train {rec['name']} ({rec.get('matmul_precision', 'default')})"
+                    if rec["bench"] == "train"
+                    else _row(rec)[:60]
+                )
                 lines.append(
-                    f"{_row(rec)[:60]}  vs {a['bench']} {a['env_steps_per_s']:,.0f}: {ratio:8.1f}x"
+                    f"{label:<60}  vs {a['bench']} {a['env_steps_per_s']:,.0f}: {ratio:8.1f}x"
                 )
     return lines
 
@@ -267,7 +293,14 @@ def main(argv: list[str]) -> None:
     del argv
     impls = [s for s in FLAGS.impls.split(",") if s]
     records = run_suite(FLAGS.suite, FLAGS.num_steps, FLAGS.repeats, impls)
-    records += run_train_suite(FLAGS.suite, FLAGS.train_iterations, FLAGS.repeats)
+    import jax
+
+    for precision in FLAGS.matmul_precision.split(",") if FLAGS.matmul_precision else [""]:
+        with jax.default_matmul_precision(precision or None):
+            recs = run_train_suite(FLAGS.suite, FLAGS.train_iterations, FLAGS.repeats)
+        for rec in recs:
+            rec["matmul_precision"] = precision or "default"
+        records += recs
     if FLAGS.suite == "learning":
         records += run_learning_suite(FLAGS.num_seeds)
     for rec in records:

@@ -79,11 +79,15 @@ def time_training(config, iterations: int = 5, repeats: int = 3) -> dict[str, An
 
 
 def _final_returns(metrics: dict[str, jax.Array], last: int) -> dict[str, np.ndarray]:
+    """Mean return of the episodes that ended in the last ``last`` iterations, weighting
+    each iteration's mean by its ``episodes_done`` (an iteration where none ended counts
+    for nothing)."""
+    done = np.asarray(metrics["episodes_done"])[..., -last:]  # [..., last]
     out = {}
     for name, values in metrics.items():
         if name.startswith("episode_return/"):
-            v = np.asarray(values)  # [..., K]
-            out[name] = np.nanmean(v[..., -last:], axis=-1)
+            v = np.nan_to_num(np.asarray(values)[..., -last:])
+            out[name] = (v * done).sum(-1) / np.maximum(done.sum(-1), 1)
     return out
 
 
