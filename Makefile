@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	touch $@
 
 train: setup
-	$(BIN)/python -m experiments.train --config=experiments/configs/tag_continuous.py \
+	$(BIN)/python -m experiments.train --config=experiments/configs/tag_continuous.py:cpu \
 	  --workdir=runs/tag $(TRAIN_ARGS)
 
 lint: setup

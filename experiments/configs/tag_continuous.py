@@ -16,7 +16,9 @@ WarpDrive's yaml runs 500 episodes × 500 steps = 250k env steps (10 iterations)
 the default here runs 10M env steps (400 iterations).
 
 Presets (``--config=experiments/configs/tag_continuous.py:tiny``, comma-separated):
-``tiny`` (2 taggers + 3 runners, short episodes, small nets: tests and CPU),
+``tiny`` (2 taggers + 3 runners, short episodes, small nets: tests),
+``cpu`` (3 taggers + 12 runners on WarpDrive's 20×20 square, 100-step episodes, 64×64 nets: the
+README's main command, a few minutes on a CPU),
 ``a2c`` (WarpDrive's A2C), ``mappo`` (a centralised critic on the global state),
 ``full_obs`` (full instead of partial observation).
 """
@@ -27,7 +29,7 @@ import ml_collections
 
 from algorithms.common.config import default_run_config, drop_ppo_only_keys, parse_presets
 
-PRESETS = ("tiny", "a2c", "mappo", "full_obs")
+PRESETS = ("tiny", "cpu", "a2c", "mappo", "full_obs")
 
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
@@ -115,6 +117,24 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
             c.policies[p].hidden_sizes = (16,)
         c.run.iterations_per_chunk = 2
         c.run.animate = False
+    if "cpu" in presets:
+        c.env_kwargs.update(
+            num_taggers=3,
+            num_runners=12,
+            episode_length=100,
+            num_other_agents_observed=4,
+            num_acceleration_levels=10,
+            num_turn_levels=10,
+            grid_length=20.0,
+            tagging_distance=0.025,
+        )
+        c.num_envs = 64
+        c.num_steps = 50
+        c.total_env_steps = 64 * 50 * 300
+        for p in ("tagger", "runner"):
+            c.policies[p].hidden_sizes = (64, 64)
+        c.run.iterations_per_chunk = 10
+        c.run.animation_steps = 100
     if "full_obs" in presets:
         c.env_kwargs.use_full_observation = True
     if "mappo" in presets:
