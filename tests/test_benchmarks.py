@@ -45,5 +45,11 @@ def test_final_returns_weight_iterations_by_episodes_done():
         "episode_return/agent": np.array([[9.0, 500.0, 0.0, 480.0, 0.0]]),
         "episodes_done": np.array([[3.0, 1.0, 0.0, 3.0, 0.0]]),
     }
-    out = _final_returns(metrics, last=4)["episode_return/agent"]
+    out = _final_returns(metrics, last=2)["episode_return/agent"]
     np.testing.assert_allclose(out, [(500.0 + 3 * 480.0) / 4])
+    # iterations with no episode are skipped, however many come last
+    sparse = {
+        "episode_return/agent": np.array([-150.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+        "episodes_done": np.array([16.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+    }
+    np.testing.assert_allclose(_final_returns(sparse, last=5)["episode_return/agent"], -150.0)

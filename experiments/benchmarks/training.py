@@ -79,15 +79,17 @@ def time_training(config, iterations: int = 5, repeats: int = 3) -> dict[str, An
 
 
 def _final_returns(metrics: dict[str, jax.Array], last: int) -> dict[str, np.ndarray]:
-    """Mean return of the episodes that ended in the last ``last`` iterations, weighting
-    each iteration's mean by its ``episodes_done`` (an iteration where none ended counts
-    for nothing)."""
-    done = np.asarray(metrics["episodes_done"])[..., -last:]  # [..., last]
+    """Mean return of the episodes that ended in the last ``last`` iterations in which
+    any episode ended, each iteration's mean weighted by its ``episodes_done``."""
+    done = np.asarray(metrics["episodes_done"], np.float64)  # [..., K]
+    # rank iterations with episodes from the end; keep the last `last` of them
+    rank = np.flip(np.cumsum(np.flip(done > 0, -1), -1), -1)
+    weight = np.where((done > 0) & (rank <= last), done, 0.0)
     out = {}
     for name, values in metrics.items():
         if name.startswith("episode_return/"):
-            v = np.nan_to_num(np.asarray(values)[..., -last:])
-            out[name] = (v * done).sum(-1) / np.maximum(done.sum(-1), 1)
+            v = np.nan_to_num(np.asarray(values, np.float64))
+            out[name] = (v * weight).sum(-1) / np.maximum(weight.sum(-1), 1)
     return out
 
 
