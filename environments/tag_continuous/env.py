@@ -407,8 +407,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         """Observations of agents ``rows = (lo, hi)`` (default all), in id order:
         ``[hi − lo, obs_size]`` float32.
 
-        Groups with contiguous ids get their rows built directly (no split of an
-        ``[M, obs]`` array afterwards).
+        ``rows`` lets k-nearest observations be built per group (see `_timestep`).
         """
         p = self._f32(params)
         m = self.num_agents_total
@@ -473,8 +472,11 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         num_tags: jax.Array,
     ) -> TimeStep:
         ids = {g: self.group_ids(g) for g in self.groups}
-        if all(i == tuple(range(i[0], i[0] + len(i))) for i in ids.values()):
-            # contiguous groups (the default): build each group's rows directly
+        contiguous = all(i == tuple(range(i[0], i[0] + len(i))) for i in ids.values())
+        if contiguous and not self.use_full_observation:
+            # k-nearest with contiguous groups (the default): each group's rows directly
+            # (measured faster on an H200; for full observation one [M, D] pass then
+            # slicing measured faster: 0.56 vs 0.78 ms per step of 1000 × (10+100) envs)
             obs = {g: self.observe(state, params, (i[0], i[0] + len(i))) for g, i in ids.items()}
         else:
             obs = self.split_groups(self.observe(state, params))

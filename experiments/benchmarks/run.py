@@ -76,6 +76,7 @@ TAG_CONFIGS = {
         (100, 10, 100, True, 10),
     ],
     "env_big": [(10, 100, 10_000, False, 10)],
+    "env_full": [(1000, 10, 100, True, 10), (1000, 10, 100, False, 10)],
     "quick": [(8, 2, 6, False, 3), (8, 2, 6, True, 3)],
 }
 CLASSIC_SIZES = {"classic": [1_000, 10_000, 100_000, 1_000_000], "quick": [64]}
