@@ -131,9 +131,12 @@ def load_config(workdir_or_path: str | os.PathLike) -> Any:
         return ml_collections.ConfigDict(json.load(f))
 
 
-def config_diff(old: Any, new: Any, *, ignore: tuple[str, ...] = ("run",)) -> list[str]:
+def config_diff(
+    old: Any, new: Any, *, ignore: tuple[str, ...] = ("run", "num_devices")
+) -> list[str]:
     """Human-readable differences ``"algo.lr: 0.001 -> 0.0003"`` between two configs,
-    leaving out the top-level sections ``ignore`` (``run``: host-loop settings)."""
+    leaving out the top-level keys ``ignore`` (``run``: host-loop settings;
+    ``num_devices``: a run may resume on another number of devices)."""
     a, b = config_to_dict(old) or {}, config_to_dict(new) or {}
     out: list[str] = []
 

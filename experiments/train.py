@@ -11,6 +11,14 @@ bar), ``--allow_config_change`` (resume although the config differs from the run
 ``config.json``), ``--animation`` (write ``animation.gif`` where the env has a renderer;
 default ``config.run.animate``, else true).
 
+Scale-out flags: ``--num_devices`` (overrides ``config.num_devices``: shard the env batch
+over that many devices; ``0`` = all), ``--coordinator_address``/``--num_processes``/
+``--process_id`` (multi-host: ``jax.distributed.initialize``, also read from
+``JAX_COORDINATOR_ADDRESS``/``JAX_NUM_PROCESSES``/``JAX_PROCESS_ID``; every host runs the
+same command, only process 0 writes logs), ``--coordinator_timeout`` (seconds), and
+``--autoscale`` (pick the largest ``num_envs`` whose compiled chunk fits the device
+memory, `jaxdrive.autoscale`; ``--autoscale_budget_mib`` sets the budget on a CPU).
+
 The run folder layout is described in `experiments.common`. A run whose loss or
 parameters become NaN/Inf stops with `jaxdrive.loop.TrainingDivergedError` (exit
 status 1); its last good checkpoint stays in place.
@@ -32,7 +40,7 @@ from jaxdrive.checkpoint import latest_step
 from jaxdrive.logging import plot_curves, read_metrics
 from jaxdrive.loop import CHECKPOINT_DIR, TrainingDivergedError, train_loop
 
-__all__ = ["main", "run"]
+__all__ = ["apply_scaling", "main", "run"]
 
 
 def _prepare_workdir(config: Any, workdir: str, *, resume: bool, allow_config_change: bool):
@@ -164,6 +172,30 @@ def run(
     return summary
 
 
+def apply_scaling(
+    config: Any, num_devices: Any = None, autoscale: bool = False, budget_mib: float | None = None
+) -> Any:
+    """``config`` with ``num_devices`` set (``None``: unchanged) and, with ``autoscale``,
+    ``num_envs`` chosen by `jaxdrive.autoscale.autoscale` (its table is logged)."""
+    if num_devices is not None:
+        value = str(num_devices).strip()
+        value = value if value.lower() == "all" else int(value)
+        if hasattr(config, "unlocked"):  # a locked ConfigDict gains the key
+            with config.unlocked():
+                config["num_devices"] = value
+        else:
+            config["num_devices"] = value
+    if autoscale:
+        from jaxdrive.autoscale import autoscale as run_autoscale
+
+        budget = None if budget_mib is None else int(budget_mib * 2**20)
+        res = run_autoscale(config, memory_budget_bytes=budget, log=logging.info)
+        if jax.process_index() == 0:
+            print(res.table(), flush=True)
+        config = res.config
+    return config
+
+
 def _print_summary(s: dict[str, Any]) -> None:
     def fmt(x):
         return "-" if x is None or x != x else f"{x:,.0f}"
@@ -202,6 +234,17 @@ def _define_flags() -> None:
     flags.DEFINE_bool(
         "animation", None, "write animation.gif (default: config.run.animate, else true)"
     )
+    flags.DEFINE_string(
+        "num_devices", None, "devices to shard the env batch over (0 or 'all': every device)"
+    )
+    flags.DEFINE_string("coordinator_address", None, "multi-host: host:port of process 0")
+    flags.DEFINE_integer("num_processes", None, "multi-host: number of processes")
+    flags.DEFINE_integer("process_id", None, "multi-host: this process's index")
+    flags.DEFINE_integer("coordinator_timeout", 300, "multi-host: seconds to wait for peers")
+    flags.DEFINE_bool("autoscale", False, "choose the largest num_envs that fits in memory")
+    flags.DEFINE_float(
+        "autoscale_budget_mib", None, "autoscale memory budget (default: 0.9 of the device's)"
+    )
     flags.mark_flag_as_required("config")
 
 
@@ -214,6 +257,17 @@ def main(argv: list[str]) -> None:
     if FLAGS.seed is not None:
         config.seed = FLAGS.seed
     try:
+        from jaxdrive import distributed
+
+        distributed.initialize(
+            FLAGS.coordinator_address,
+            FLAGS.num_processes,
+            FLAGS.process_id,
+            timeout_s=FLAGS.coordinator_timeout,
+        )
+        config = apply_scaling(
+            config, FLAGS.num_devices, FLAGS.autoscale, FLAGS.autoscale_budget_mib
+        )
         run(
             config,
             FLAGS.workdir,
@@ -226,7 +280,7 @@ def main(argv: list[str]) -> None:
         logging.error("training diverged: %s (the last good checkpoint is kept)", e)
         print(f"training diverged: {e}", file=sys.stderr)
         sys.exit(1)
-    except ValueError as e:
+    except (ValueError, TimeoutError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 

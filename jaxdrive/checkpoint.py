@@ -97,11 +97,15 @@ def config_to_dict(config: Any) -> Any:
     return json.loads(json.dumps(config, sort_keys=True, default=str))
 
 
-def config_hash(config: Any, *, ignore: tuple[str, ...] = ("run",)) -> str | None:
+def config_hash(
+    config: Any, *, ignore: tuple[str, ...] = ("run", "num_devices")
+) -> str | None:
     """A short sha256 of ``config`` without its top-level keys ``ignore``.
 
     ``ignore`` defaults to the ``run`` section (chunk sizes, checkpoint cadence,
-    logging): settings that do not change the numbers a run computes.
+    logging) and ``num_devices`` (results agree across device counts to floating-point
+    tolerance, so a run may resume on another number of devices): settings that do not
+    change the numbers a run computes.
     """
     d = config_to_dict(config)
     if d is None:

@@ -8,7 +8,9 @@ A run config (an ``ml_collections.ConfigDict`` or a plain dict) has the top-leve
 (rollout length ``T`` per iteration), ``total_env_steps`` (``num_iterations =
 total_env_steps // (num_envs·num_steps)``), ``algo`` (the algorithm's hyper-parameters;
 each algorithm lists its keys and defaults), ``policies`` (name -> policy config) and
-``run`` (the host loop's options; read by ``jaxdrive.loop``, not checked here).
+``run`` (the host loop's options; read by ``jaxdrive.loop``, not checked here) and
+``num_devices`` (optional, default 1: devices the env batch is sharded over; ``0`` or
+``"all"`` for every device; see `jaxdrive.distributed`).
 
 A policy config has the keys `POLICY_DEFAULTS` (``groups`` is required) plus any key of
 the algorithm's ``algo`` section, which overrides it for that policy only, e.g.
@@ -60,6 +62,7 @@ TOP_LEVEL_KEYS = (
     "algo",
     "policies",
     "run",
+    "num_devices",
 )
 
 #: Keys of one policy's config and their defaults (``groups`` has none: required).

@@ -21,6 +21,22 @@ used unchanged for a whole iteration (rollout and learning) and updated at its e
 A centralised critic (``centralized_critic``, MAPPO) reads
 ``concat(global_state, own normalised obs)``: the env's ``global_state`` broadcast to
 every agent of the policy, then the agent's own observation (which identifies it).
+
+**Several devices** (``config.num_devices`` = D > 1, `jaxdrive.distributed`): the env
+batch is sharded over a 1-D mesh (axis ``"dev"``); each device runs the iteration on its
+``N/D`` envs inside ``shard_map`` and the learning step combines devices exactly:
+gradients, loss metrics and advantage-normalisation statistics are sums of per-device
+masked sums divided by the global active count (``psum``), observation/return statistics
+are pooled the same way, episode statistics are summed. Parameters and optimiser states
+stay replicated (every device applies the same averaged gradient).
+
+**Randomness does not depend on D**: every per-env random draw (action sampling, env
+step and auto-reset) uses ``fold_in(key, global env index)``, and minibatches are
+*stratified by env*: in each epoch every env permutes its own ``T·A_p`` samples (with
+its own folded key) and minibatch ``j`` takes the ``j``-th slice of every env's
+permutation (so ``num_minibatches`` must divide ``T·A_p``). A device thus holds exactly
+its envs' share of every minibatch, and 1 device and D devices compute the same numbers
+up to floating-point summation order.
 """
 
 from __future__ import annotations
@@ -48,8 +64,16 @@ from algorithms.common.multi_policy import PolicyMap
 from algorithms.common.networks import ActionSpec, ActorCritic, activation_fn, flat_obs_size
 from algorithms.common.normalization import RunningMeanStd
 from algorithms.common.schedules import SCHEDULES, make_schedule
+from jaxdrive.distributed import (
+    DEVICE_AXIS,
+    make_mesh,
+    maybe_psum,
+    resolve_num_devices,
+    shard_map,
+)
 from jaxdrive.training import Trainer
 from jaxdrive.types import TimeStep
+from jaxdrive.wrappers import merge_reset
 
 __all__ = [
     "LossFn",
@@ -94,6 +118,25 @@ class RunnerState:
     iteration: jax.Array  # [] int32 iterations done
 
 
+def _rms_update(
+    rms: RunningMeanStd, x: jax.Array, mask: jax.Array, axis_name: str | None
+) -> RunningMeanStd:
+    """``rms.update(x [M, *S], mask [M])`` pooled over the devices of ``axis_name``."""
+    if axis_name is None:
+        return rms.update(x, mask)
+    x = x.astype(jnp.float32)
+    w = mask.astype(jnp.float32).reshape(mask.shape + (1,) * (x.ndim - 1))
+    n = jax.lax.psum(jnp.sum(mask.astype(jnp.float32)), axis_name)
+    safe_n = jnp.maximum(n, 1.0)
+    b_mean = jax.lax.psum(jnp.sum(x * w, axis=0), axis_name) / safe_n
+    b_var = jax.lax.psum(jnp.sum(w * (x - b_mean) ** 2, axis=0), axis_name) / safe_n
+    tot = rms.count + n
+    delta = b_mean - rms.mean
+    mean = rms.mean + delta * n / tot
+    m2 = rms.var * rms.count + b_var * n + delta**2 * rms.count * n / tot
+    return RunningMeanStd(mean=mean, var=m2 / tot, count=tot)
+
+
 def _check_positive_int(hp: Mapping[str, Any], key: str, where: str) -> int:
     v = hp[key]
     if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
@@ -101,7 +144,7 @@ def _check_positive_int(hp: Mapping[str, Any], key: str, where: str) -> int:
     return int(v)
 
 
-def _check_hparams(spec: PolicySpec, batch: int, fixed_steps: bool) -> ActionSpec:
+def _check_hparams(spec: PolicySpec, batch: int, fixed_steps: bool, per_env: int) -> ActionSpec:
     """Checks one policy's hyper-parameters; returns its `ActionSpec`."""
     hp = spec.hp
     where = f"policy {spec.name!r}"
@@ -127,6 +170,12 @@ def _check_hparams(spec: PolicySpec, batch: int, fixed_steps: bool) -> ActionSpe
             raise ValueError(
                 f"{where}: num_minibatches={mbs} does not divide its batch of "
                 f"num_steps*num_envs*agents = {batch} samples"
+            )
+        if per_env % mbs:
+            raise ValueError(
+                f"{where}: num_minibatches={mbs} does not divide num_steps*agents = {per_env}, "
+                "the samples of one env (minibatches take an equal share of every env's "
+                "samples, so that results do not depend on the device count)"
             )
     try:
         return ActionSpec.from_space(
@@ -163,6 +212,9 @@ def make_on_policy_trainer(
         env_params = env.default_params
     n_iter = num_iterations(config)
     N, T = int(config["num_envs"]), int(config["num_steps"])
+    n_dev = resolve_num_devices(as_dict(config).get("num_devices", 1), N)
+    axis = DEVICE_AXIS if n_dev > 1 else None  # collectives only on a real mesh
+    NL = N // n_dev  # envs per device
     specs = resolve_policies(config, env, algo_defaults)
     if "run" in as_dict(config) and config["run"] is not None:
         as_dict(config["run"], "config.run")
@@ -182,7 +234,7 @@ def make_on_policy_trainer(
     for p, s in specs.items():
         hp = s.hp
         batch = T * N * s.num_agents
-        action_specs[p] = _check_hparams(s, batch, single_step)
+        action_specs[p] = _check_hparams(s, batch, single_step, T * s.num_agents)
         epochs[p] = 1 if single_step else int(hp["num_epochs"])
         minibatches[p] = 1 if single_step else int(hp["num_minibatches"])
         obs_sizes[p] = flat_obs_size(s.obs_space)
@@ -218,7 +270,41 @@ def make_on_policy_trainer(
 
     def global_state(env_state: Any) -> jax.Array:
         gs = jax.vmap(stats_env.global_state, in_axes=(0, None))(env_state, env_params)
-        return gs.reshape(N, -1).astype(jnp.float32)
+        return gs.reshape(gs.shape[0], -1).astype(jnp.float32)
+
+    def env_ids() -> jax.Array:
+        """``[NL]`` int32 global indices of this device's envs."""
+        ids = jnp.arange(NL, dtype=jnp.int32)
+        return ids if axis is None else ids + jax.lax.axis_index(axis) * NL
+
+    def env_keys(key: jax.Array, ids: jax.Array) -> jax.Array:
+        """``[NL]`` keys ``fold_in(key, global env index)``: the same for any D."""
+        return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, ids)
+
+    def reset_one(key: jax.Array):
+        state, ts = stats_env.reset(key, env_params)
+        return state, ts.replace(extras={**ts.extras, "final_obs": ts.obs})
+
+    def env_step(key: jax.Array, ids: jax.Array, env_state: Any, actions: Any):
+        """Steps this device's envs with per-env keys, auto-resetting finished ones
+        (`jaxdrive.vectorize`'s auto-reset with ``keep_final_obs``)."""
+        keys = jax.vmap(jax.random.split)(env_keys(key, ids))  # [NL, 2]
+        state, ts = jax.vmap(stats_env.step, in_axes=(0, 0, 0, None))(
+            keys[:, 0], env_state, actions, env_params
+        )
+
+        def with_reset(operand):
+            state, ts = operand
+            r_state, r_ts = jax.vmap(reset_one)(keys[:, 1])
+            return jax.vmap(lambda d, s, t, rs, rt: merge_reset(d, s, t, rs, rt, True))(
+                ts.done, state, ts, r_state, r_ts
+            )
+
+        def without_reset(operand):
+            state, ts = operand
+            return state, ts.replace(extras={**ts.extras, "final_obs": ts.obs})
+
+        return jax.lax.cond(jnp.any(ts.done), with_reset, without_reset, (state, ts))
 
     def flat_obs(p: str, obs: jax.Array, lead: int) -> jax.Array:
         """``[*lead_dims, *O] -> [*lead_dims, O_flat]`` float32."""
@@ -267,30 +353,34 @@ def make_on_policy_trainer(
     def rollout(rs: RunnerState, key: jax.Array):
         pols = rs.policies
 
+        ids = env_ids()
+
         def step(carry, k):
             env_state, ts = carry
             k_env, *k_pol = jax.random.split(k, 1 + len(names))
-            gs = global_state(env_state) if need_gs else None  # [N, D]
+            gs = global_state(env_state) if need_gs else None  # [NL, D]
             gs_b = None if gs is None else gs[:, None, :]
             obs_p = pmap.to_policy(ts.obs, axis=1)
             active_p = pmap.to_policy(ts.active, axis=1)
             out, env_actions = {}, {}
             for p, kp in zip(names, k_pol, strict=True):
-                obs = flat_obs(p, obs_p[p], 2)  # [N, A_p, O]
+                obs = flat_obs(p, obs_p[p], 2)  # [NL, A_p, O]
                 x, c = inputs(p, pols[p], obs, gs_b)
-                dist, value = nets[p].apply(pols[p].params, x, c)
-                raw = dist.sample(kp)
-                env_actions[p] = dist.to_env(raw)
+
+                def act_one(x, c, k, p=p):  # one env: x [A_p, O], c [A_p, C] or None
+                    dist, value = nets[p].apply(pols[p].params, x, c)
+                    raw = dist.sample(k)
+                    return raw, dist.log_prob(raw), value, dist.to_env(raw)
+
+                raw, logp, value, env_actions[p] = jax.vmap(act_one)(x, c, env_keys(kp, ids))
                 out[p] = {
                     "obs": obs,
                     "action": raw,
-                    "logp": dist.log_prob(raw),
+                    "logp": logp,
                     "value": value,
                     "active": active_p[p],
                 }
-            env_state, nts = venv.step(
-                k_env, env_state, pmap.to_groups(env_actions, axis=1), env_params
-            )
+            env_state, nts = env_step(k_env, ids, env_state, pmap.to_groups(env_actions, axis=1))
             final_p = pmap.to_policy(nts.extras["final_obs"], axis=1)
 
             def final_values(_):
@@ -302,7 +392,7 @@ def make_on_policy_trainer(
                 return vals
 
             def no_values(_):
-                return {p: jnp.zeros((N, specs[p].num_agents), jnp.float32) for p in names}
+                return {p: jnp.zeros((NL, specs[p].num_agents), jnp.float32) for p in names}
 
             fv = jax.lax.cond(jnp.any(nts.done), final_values, no_values, None)
             rew_p = pmap.to_policy(nts.reward, axis=1)
@@ -315,7 +405,7 @@ def make_on_policy_trainer(
                     ends=term_p[p] | trunc_p[p] | nts.done[:, None],
                     final_value=fv[p],
                 )
-            done_f = nts.done.astype(jnp.float32)  # [N]
+            done_f = nts.done.astype(jnp.float32)  # [NL]
             stats = {
                 "episodes_done": jnp.sum(done_f),
                 "episode_length": jnp.sum(done_f * nts.extras["episode_length"]),
@@ -344,10 +434,10 @@ def make_on_policy_trainer(
         """Advantages and the update epochs of policy ``p``; returns (state, metrics)."""
         hp = specs[p].hp
         A = specs[p].num_agents
-        B = N * A
+        B = NL * A
         M = T * B
 
-        def tb(x):  # [T, N, A_p, ...] -> [T, B, ...]
+        def tb(x):  # [T, NL, A_p, ...] -> [T, B, ...]
             return x.reshape(T, B, *x.shape[3:])
 
         reward, value, active = tb(tr["reward"]), tb(tr["value"]), tb(tr["active"])
@@ -361,8 +451,8 @@ def make_on_policy_trainer(
                 return jnp.where(end, 0.0, acc), acc
 
             ret_acc, rets = jax.lax.scan(acc_body, ret_acc.reshape(B), (reward, ends))
-            ret_acc = ret_acc.reshape(N, A)
-            ret_norm = ret_norm.update(rets.reshape(M), active.reshape(M))
+            ret_acc = ret_acc.reshape(NL, A)
+            ret_norm = _rms_update(ret_norm, rets.reshape(M), active.reshape(M), axis)
             reward = reward / ret_norm.std
         next_values = bootstrap_values(
             value, last_value.reshape(B), term, ends, tb(tr["final_value"])
@@ -380,10 +470,15 @@ def make_on_policy_trainer(
             "mask": active.reshape(M),
         }
         if hp["centralized_critic"]:
-            batch["row"] = jnp.arange(M, dtype=jnp.int32) // A  # index into gs_all [T*N, D]
+            batch["row"] = jnp.arange(M, dtype=jnp.int32) // A  # index into gs_all [T*NL, D]
         n_mb, n_ep = minibatches[p], epochs[p]
         net, tx = nets[p], txs[p]
         obs_norm = ps.obs_norm
+
+        def gmean(x, mask):  # masked mean over the whole (all-device) batch
+            m = mask.astype(jnp.float32)
+            num = maybe_psum(jnp.sum(x * m), axis)
+            return num / jnp.maximum(maybe_psum(jnp.sum(m), axis), 1.0)
 
         def loss(params, mb):
             x = obs_norm.normalize(mb["obs"]) if hp["normalize_obs"] else mb["obs"]
@@ -395,13 +490,20 @@ def make_on_policy_trainer(
             ent = dist.entropy()
             a = mb["advantage"]
             if hp["normalize_advantages"]:
-                mu = masked_mean(a, mb["mask"])
-                sd = jnp.sqrt(masked_mean((a - mu) ** 2, mb["mask"]))
+                mu = gmean(a, mb["mask"])
+                sd = jnp.sqrt(gmean((a - mu) ** 2, mb["mask"]))
                 a = (a - mu) / (sd + 1e-8)
             total, aux = loss_fn(logp, ent, v, {**mb, "advantage": a}, hp, ent_coef)
             log_ratio = logp - mb["old_logp"]
             aux = dict(aux)
             aux["approx_kl"] = masked_mean(jnp.expm1(log_ratio) - log_ratio, mb["mask"])
+            if axis is not None:
+                # The loss is a masked mean over the minibatch: its all-device value is
+                # the per-device values weighted by active counts (psum'd after grad).
+                cnt = jnp.sum(mb["mask"].astype(jnp.float32))
+                wgt = cnt / jnp.maximum(jax.lax.psum(cnt, axis), 1.0)
+                total = total * wgt
+                aux = {k: val * wgt for k, val in aux.items()}
             return total, aux
 
         grad_fn = jax.value_and_grad(loss, has_aux=True)
@@ -409,17 +511,31 @@ def make_on_policy_trainer(
         def mb_step(carry, mb):
             params, opt_state = carry
             (_, aux), grads = grad_fn(params, mb)
+            grads, aux = maybe_psum((grads, aux), axis)
             aux["grad_norm"] = optax.global_norm(grads)
             updates, opt_state = tx.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
             return (params, opt_state), aux
 
+        S = T * A  # samples of one env
+        ids = env_ids()
+
         def epoch(carry, k):
             if n_mb == 1 and n_ep == 1:
                 mbs = jax.tree.map(lambda x: x[None], batch)
             else:
-                perm = jax.random.permutation(k, M)
-                mbs = jax.tree.map(lambda x: x[perm].reshape(n_mb, M // n_mb, *x.shape[1:]), batch)
+                # Stratified by env: env n's S samples permuted with fold_in(k, n); the
+                # j-th minibatch is the j-th slice of every env's permutation.
+                perm = jax.vmap(lambda kk: jax.random.permutation(kk, S))(env_keys(k, ids))
+
+                def split(x):  # [M = T·NL·A, ...] -> [n_mb, NL·S/n_mb, ...]
+                    x = x.reshape(T, NL, A, *x.shape[1:])
+                    x = jnp.moveaxis(x, 1, 0).reshape(NL, S, *x.shape[3:])
+                    x = jnp.take_along_axis(x, perm.reshape(NL, S, *([1] * (x.ndim - 2))), axis=1)
+                    x = x.reshape(NL, n_mb, S // n_mb, *x.shape[2:])
+                    return jnp.moveaxis(x, 1, 0).reshape(n_mb, NL * (S // n_mb), *x.shape[3:])
+
+                mbs = jax.tree.map(split, batch)
             return jax.lax.scan(mb_step, carry, mbs)
 
         (params, opt_state), aux = jax.lax.scan(
@@ -428,14 +544,14 @@ def make_on_policy_trainer(
         metrics = {f"loss/{p}/{k}": jnp.mean(v).astype(jnp.float32) for k, v in aux.items()}
         mask = batch["mask"]
         resid = batch["target"] - batch["old_value"]
-        var_t = masked_mean((batch["target"] - masked_mean(batch["target"], mask)) ** 2, mask)
-        var_r = masked_mean((resid - masked_mean(resid, mask)) ** 2, mask)
+        var_t = gmean((batch["target"] - gmean(batch["target"], mask)) ** 2, mask)
+        var_r = gmean((resid - gmean(resid, mask)) ** 2, mask)
         metrics[f"loss/{p}/explained_variance"] = jnp.where(
             var_t > 0, 1.0 - var_r / jnp.maximum(var_t, 1e-12), 0.0
         ).astype(jnp.float32)
         metrics[f"loss/{p}/ent_coef"] = jnp.asarray(ent_coef, jnp.float32)
         if hp["normalize_obs"]:
-            obs_norm = obs_norm.update(batch["obs"], mask)
+            obs_norm = _rms_update(obs_norm, batch["obs"], mask, axis)
         new_ps = PolicyState(
             params=params,
             opt_state=opt_state,
@@ -450,7 +566,7 @@ def make_on_policy_trainer(
         key = jax.random.wrap_key_data(rs.key)
         key, k_roll, *k_learn = jax.random.split(key, 2 + len(names))
         env_state, ts, traj, stats, last_values, _ = rollout(rs, k_roll)
-        gs_all = traj["_gs"].reshape(T * N, gs_size) if need_gs else None
+        gs_all = traj["_gs"].reshape(T * NL, gs_size) if need_gs else None
         metrics: dict[str, jax.Array] = {}
         new_pols = dict(rs.policies)
         for p, k in zip(names, k_learn, strict=True):
@@ -459,12 +575,13 @@ def make_on_policy_trainer(
             ent_coef = ent_schedules[p](rs.iteration)
             new_pols[p], m = learn(p, rs.policies[p], traj[p], last_values[p], gs_all, ent_coef, k)
             metrics.update(m)
-        n_done = jnp.sum(stats["episodes_done"])
+        stats = maybe_psum(jax.tree.map(jnp.sum, stats), axis)  # all devices' episodes
+        n_done = stats["episodes_done"]
         denom = jnp.maximum(n_done, 1.0)
         metrics["episodes_done"] = n_done.astype(jnp.float32)
-        metrics["episode_length"] = (jnp.sum(stats["episode_length"]) / denom).astype(jnp.float32)
+        metrics["episode_length"] = (stats["episode_length"] / denom).astype(jnp.float32)
         for g in env.groups:
-            s = jnp.sum(stats[f"episode_return/{g}"]) / denom
+            s = stats[f"episode_return/{g}"] / denom
             metrics[f"episode_return/{g}"] = s.astype(jnp.float32)
         metrics["env_steps"] = ((rs.iteration + 1).astype(jnp.float32) * float(N * T)).astype(
             jnp.float32
@@ -518,6 +635,9 @@ def make_on_policy_trainer(
                 start += n
         return {g: out[g] for g in env.groups}
 
+    if axis is not None:
+        init, update = _shard_trainer(init, update, make_mesh(n_dev), names)
+
     return Trainer(
         init=init,
         update=update,
@@ -527,3 +647,46 @@ def make_on_policy_trainer(
         get_params=get_params,
         act=act,
     )
+
+
+def _state_specs(rs: RunnerState) -> RunnerState:
+    """PartitionSpecs of a runner state: env parts split on the env axis, rest replicated."""
+    from jax.sharding import PartitionSpec as P
+
+    def rep(t):
+        return jax.tree.map(lambda _: P(), t)
+
+    def shd(t):
+        return jax.tree.map(lambda _: P(DEVICE_AXIS), t)
+
+    pols = {
+        p: PolicyState(
+            params=rep(ps.params),
+            opt_state=rep(ps.opt_state),
+            obs_norm=rep(ps.obs_norm),
+            ret_norm=rep(ps.ret_norm),
+            ret_acc=P(DEVICE_AXIS),
+        )
+        for p, ps in rs.policies.items()
+    }
+    return RunnerState(
+        policies=pols,
+        env_state=shd(rs.env_state),
+        timestep=shd(rs.timestep),
+        key=P(),
+        iteration=P(),
+    )
+
+
+def _shard_trainer(init: Callable, update: Callable, mesh: Any, names: tuple[str, ...]):
+    """``(init, update)`` over ``mesh``: ``init`` returns globally sharded states (the
+    same global computation as one device), ``update`` runs per device in ``shard_map``."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    del names
+    specs = _state_specs(jax.eval_shape(init, jax.random.PRNGKey(0)))
+    shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), specs)
+    sharded_init = jax.jit(init, out_shardings=shardings)
+    sharded_update = shard_map(update, mesh=mesh, in_specs=(specs,), out_specs=(specs, P()))
+    return sharded_init, sharded_update

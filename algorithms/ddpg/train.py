@@ -66,6 +66,7 @@ from algorithms.common.networks import DeterministicActor, QNetwork, activation_
 from algorithms.ddpg import buffer as rb
 from algorithms.ddpg import losses
 from algorithms.ddpg import noise as nz
+from jaxdrive.distributed import resolve_num_devices
 from jaxdrive.spaces import Box
 from jaxdrive.training import Trainer
 from jaxdrive.types import TimeStep
@@ -341,6 +342,12 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
             f"config.algorithm must be 'ddpg' for algorithms.ddpg, got {config['algorithm']!r}"
         )
     num_iterations = cfg.num_iterations(config)
+    n_dev = resolve_num_devices(cfg.as_dict(config).get("num_devices", 1), None)
+    if n_dev != 1:
+        raise ValueError(
+            f"DDPG runs on one device for now (config.num_devices={n_dev}); use "
+            "num_devices=1, or PPO/A2C for data-parallel training"
+        )
     if env is None:
         env, made_params = cfg.make_env(config)
         env_params = made_params if env_params is None else env_params

@@ -9,6 +9,8 @@ Suites:
   learning the learning targets: PPO CartPole (8 vmapped seeds), PPO Acrobot, DDPG
            Pendulum, PPO Tag (trained vs random taggers).
   quick    tiny sizes of the env and train suites, for CPUs and the test suite.
+  scaling  data-parallel weak scaling on 1, 2, ... devices (those present): Tag A2C
+           1000 envs × (10+100) per device, CartPole A2C 10,000 envs per device.
 
 Prints a table and appends one JSON line per measurement to ``--out``.
 ``--compare=PATH[,PATH]`` reads anchor JSON lines (../shared/bench/results/*/results.jsonl)
@@ -25,7 +27,9 @@ from typing import Any
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("suite", "quick", "env | env_big | classic | train | learning | quick")
+flags.DEFINE_string(
+    "suite", "quick", "env | env_big | classic | train | learning | quick | scaling"
+)
 flags.DEFINE_string("out", "experiments/benchmarks/results/results.jsonl", "JSON-lines output")
 flags.DEFINE_string("impls", "jax,pallas", "Tag neighbour-search paths to time")
 flags.DEFINE_integer("num_steps", 100, "steps per timed call")
@@ -174,6 +178,37 @@ def run_train_suite(suite: str, iterations: int, repeats: int) -> list[dict[str,
     return records
 
 
+# (config, preset, per-device envs, overrides)
+SCALING_CONFIGS = [
+    ("tag_continuous", "a2c", 1000, {"num_steps": 25}),
+    ("cartpole", "a2c", 10_000, {"num_steps": 500, "policies.agent.hidden_sizes": (32, 32)}),
+]
+
+
+def run_scaling_suite(iterations: int, repeats: int) -> list[dict[str, Any]]:
+    """Weak scaling over 1, 2, 4, ... devices (up to those present); prints speedups."""
+    import jax
+
+    from experiments.benchmarks.scaling import scaling_records, speedup_lines
+    from experiments.benchmarks.timing import device_info
+
+    n = jax.device_count()
+    devices = [d for d in (1, 2, 4, 8, 16) if d <= n]
+    info = device_info()
+    records = []
+    for cfg, preset, per_dev, over in SCALING_CONFIGS:
+        recs = scaling_records(
+            cfg, preset, devices, per_dev, weak=True, iterations=iterations, repeats=repeats,
+            **over,
+        )  # fmt: skip
+        for line in speedup_lines(recs):
+            print(line, flush=True)
+        for r in recs:
+            r.update(**info)
+        records += recs
+    return records
+
+
 def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
     """The learning targets (see the module docstring)."""
     from experiments.benchmarks.timing import device_info
@@ -304,6 +339,8 @@ def main(argv: list[str]) -> None:
         records += recs
     if FLAGS.suite == "learning":
         records += run_learning_suite(FLAGS.num_seeds)
+    if FLAGS.suite == "scaling":
+        records += run_scaling_suite(FLAGS.train_iterations, FLAGS.repeats)
     for rec in records:
         from experiments.benchmarks.timing import append_jsonl
 

@@ -29,6 +29,7 @@ __all__ = [
     "append_jsonl",
     "device_info",
     "peak_memory_bytes",
+    "profile_call",
     "time_compiled",
     "time_env_steps",
 ]
@@ -70,6 +71,15 @@ def time_compiled(fn: Callable[[], Any], repeats: int) -> tuple[float, list[floa
     return first, times
 
 
+def profile_call(fn: Callable[[], Any], profile_dir: str | None) -> None:
+    """Calls ``fn`` once more under `jax.profiler.trace` into ``profile_dir`` (no-op
+    when ``None``); `experiments.benchmarks.profile` summarises the trace."""
+    if profile_dir is None:
+        return
+    with jax.profiler.trace(profile_dir):
+        jax.block_until_ready(fn())
+
+
 def time_env_steps(
     env: jaxdrive.Env,
     params: Any,
@@ -77,8 +87,11 @@ def time_env_steps(
     num_steps: int,
     repeats: int = 5,
     seed: int = 0,
+    profile_dir: str | None = None,
 ) -> dict[str, Any]:
-    """Times env-only stepping (see the module docstring); returns a result record."""
+    """Times env-only stepping (see the module docstring); returns a result record.
+
+    With ``profile_dir``, one extra call (after the timed ones) is traced there."""
     venv = jaxdrive.vectorize(env, num_envs, auto_reset=True)
     policy = jaxdrive.random_policy(env)
 
@@ -113,6 +126,7 @@ def time_env_steps(
         return compiled(jax.random.key(seed + holder["i"]), state, ts)
 
     first, times = time_compiled(call, repeats)
+    profile_call(call, profile_dir)
     med = statistics.median(times)
     agents = env.total_agents
     return {

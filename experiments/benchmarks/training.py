@@ -19,7 +19,7 @@ import numpy as np
 
 import algorithms
 import jaxdrive
-from experiments.benchmarks.timing import peak_memory_bytes, time_compiled
+from experiments.benchmarks.timing import peak_memory_bytes, profile_call, time_compiled
 
 __all__ = [
     "evaluate_tag_tagging",
@@ -46,8 +46,11 @@ def _build(config):
     return env, params, algorithms.make_train(config, env, params)
 
 
-def time_training(config, iterations: int = 5, repeats: int = 3) -> dict[str, Any]:
-    """Training throughput of ``config`` (see the module docstring)."""
+def time_training(
+    config, iterations: int = 5, repeats: int = 3, profile_dir: str | None = None
+) -> dict[str, Any]:
+    """Training throughput of ``config`` (see the module docstring); with
+    ``profile_dir``, one extra call is traced there (`jax.profiler`)."""
     env, _, trainer = _build(config)
     chunk = jax.jit(lambda rs: trainer.chunk(rs, iterations))
     rs = jax.block_until_ready(jax.jit(trainer.init)(jax.random.PRNGKey(0)))
@@ -61,6 +64,7 @@ def time_training(config, iterations: int = 5, repeats: int = 3) -> dict[str, An
         return metrics
 
     _, times = time_compiled(call, repeats)
+    profile_call(call, profile_dir)
     med = statistics.median(times)
     steps = iterations * trainer.env_steps_per_iteration
     return {
@@ -68,6 +72,7 @@ def time_training(config, iterations: int = 5, repeats: int = 3) -> dict[str, An
         "algorithm": config.algorithm,
         "num_envs": config.num_envs,
         "num_steps": config.num_steps,
+        "num_devices": config.get("num_devices", 1),  # the env batch is sharded over these
         "num_agents": env.total_agents,
         "iterations_timed": iterations,
         "compile_s": round(compile_s, 2),

@@ -1,0 +1,145 @@
+"""Worker for tests/test_distributed.py, run in a subprocess so that XLA_FLAGS can force
+several CPU devices before jax starts.
+
+    python tests/distributed_script.py single OUT.json     # 8 CPU devices, one process
+    python tests/distributed_script.py multi OUT.json PORT ID   # one of two processes
+
+Writes a JSON dict of results (max differences, errors raised) to OUT.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+MODE = sys.argv[1]
+if MODE == "single":
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+import algorithms  # noqa: E402
+import jaxdrive  # noqa: E402
+from experiments.benchmarks.training import load_config  # noqa: E402
+
+ITERS = 2
+
+
+def _config(name: str, preset: str, num_devices: int, **over):
+    c = load_config(name, preset, **over)
+    c.num_devices = num_devices
+    c.total_env_steps = c.num_envs * c.num_steps * 2 * ITERS
+    return c
+
+
+def _trainer(c):
+    env, ep = jaxdrive.make(c.env_name, **dict(c.env_kwargs))
+    return algorithms.make_train(c, env, ep)
+
+
+def _train(c, iters: int = ITERS):
+    tr = _trainer(c)
+    rs = jax.jit(tr.init)(jax.random.PRNGKey(3))
+    rs, m = jax.jit(lambda r: tr.chunk(r, iters))(rs)
+    return tr, rs, m
+
+
+def _host(tree):
+    return jax.tree.map(lambda x: np.asarray(x, np.float64), jax.device_get(tree))
+
+
+def _max_rel(a, b) -> float:
+    """max |a−b| / (|b| + 1e-3) over every leaf (relative, with a floor for tiny values)."""
+    errs = jax.tree.map(lambda x, y: float(np.max(np.abs(x - y) / (np.abs(y) + 1e-3))), a, b)
+    return max(jax.tree.leaves(errs))
+
+
+def _error(fn) -> str:
+    try:
+        fn()
+    except ValueError as e:
+        return str(e)
+    return ""
+
+
+def single(out: str) -> None:
+    res: dict = {"devices": jax.device_count()}
+    from jaxdrive.loop import train_loop
+
+    def loop(tr, workdir=None, stop=None):
+        on_chunk = None if stop is None else (lambda info: info.end_iteration >= stop)
+        return train_loop(
+            tr, 5, workdir, iterations_per_chunk=ITERS, progress=False, on_chunk=on_chunk
+        )
+
+    # CartPole PPO (4 minibatches, 2 epochs): 1, 2 and 4 devices over 2 chunks.
+    trainers, ref = {}, None
+    for d in (1, 2, 4):
+        trainers[d] = _trainer(_config("cartpole", "tiny", d, **{"algo.num_epochs": 2}))
+        rs, hist = loop(trainers[d])
+        got = _host((trainers[d].get_params(rs), hist.metrics))
+        if d == 1:
+            ref = got
+            res["cartpole_ppo_episodes"] = float(np.sum(got[1]["episodes_done"]))
+            res["cartpole_ref_params"] = [x.tolist() for x in jax.tree.leaves(got[0])]
+        else:
+            res[f"cartpole_ppo_D{d}"] = _max_rel(got, ref)
+            res[f"cartpole_ppo_D{d}_shards"] = len(rs.timestep.reward["agent"].sharding.device_set)
+
+    # Checkpoints: save with D=2 after one chunk, resume on 1 and 4 devices.
+    import tempfile
+
+    for d_new in (1, 4):
+        wd = tempfile.mkdtemp()
+        loop(trainers[2], wd, stop=ITERS)
+        rs_new, hist = loop(trainers[d_new], wd)
+        res[f"resume_D2_to_D{d_new}"] = _max_rel(_host(trainers[d_new].get_params(rs_new)), ref[0])
+        res[f"resume_D2_to_D{d_new}_from"] = hist.resumed_from
+
+    # Tag A2C with observation and reward normalisation: 1 and 2 devices.
+    over = {"algo.normalize_obs": True, "algo.normalize_rewards": True}
+    tag = {}
+    for d in (1, 2):
+        tr, rs, m = _train(_config("tag_continuous", "tiny,a2c", d, **over))
+        tag[d] = _host((tr.get_params(rs), m))
+    res["tag_a2c_normalized_D2"] = _max_rel(tag[2], tag[1])
+    res["tag_obs_norm_count"] = float(tag[1][0]["tagger"]["obs_norm"].count)
+
+    # Bad input.
+    res["err_divisible"] = _error(lambda: _trainer(_config("cartpole", "tiny", 3)))
+    res["err_too_many"] = _error(lambda: _trainer(_config("cartpole", "tiny", 16)))
+    res["err_ddpg"] = _error(lambda: _trainer(_config("pendulum", "tiny", 2)))
+    with open(out, "w") as f:
+        json.dump(res, f)
+
+
+def multi(out: str, port: str, pid: str) -> None:
+    from jaxdrive import distributed
+
+    distributed.initialize(f"127.0.0.1:{port}", 2, int(pid), timeout_s=60)
+    c = _config("cartpole", "tiny", 0, **{"algo.num_epochs": 2})  # all devices: 1 per process
+    tr = _trainer(c)
+    from jaxdrive.loop import train_loop
+
+    rs, hist = train_loop(tr, 5, None, iterations_per_chunk=ITERS, progress=False)
+    params = _host(tr.get_params(rs))  # replicated: readable on every process
+    res = {
+        "process": jax.process_index(),
+        "processes": jax.process_count(),
+        "devices": jax.device_count(),
+        "params": [x.tolist() for x in jax.tree.leaves(params)],
+        "returns": hist.metrics["episode_return/agent"].tolist(),
+    }
+    with open(out, "w") as f:
+        json.dump(res, f)
+    jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+    if MODE == "single":
+        single(sys.argv[2])
+    else:
+        multi(sys.argv[2], sys.argv[3], sys.argv[4])

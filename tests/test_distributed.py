@@ -1,0 +1,166 @@
+"""Data-parallel training over several devices and processes (CPU, in subprocesses).
+
+One subprocess forces 8 CPU devices (``XLA_FLAGS`` must be set before jax starts) and
+trains tiny CartPole PPO and Tag A2C configs on 1, 2 and 4 devices; two more
+subprocesses form a 2-process JAX cluster over localhost (CPU collectives: gloo).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from jaxdrive import distributed
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "tests", "distributed_script.py")
+RTOL = 1e-4
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    env["JAX_PLATFORMS"] = "cpu"
+    for k in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
+        env.pop(k, None)
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("dist") / "single.json"
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, "single", str(out)],
+        env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=400,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_devices_forced(single):
+    assert single["devices"] == 8
+
+
+@pytest.mark.parametrize("d", [2, 4])
+def test_cartpole_ppo_same_on_d_devices(single, d):
+    """Params and every metric after 4 PPO iterations agree with 1 device."""
+    assert single["cartpole_ppo_episodes"] > 0  # episodes ended: returns are compared
+    assert single[f"cartpole_ppo_D{d}"] < RTOL
+    assert single[f"cartpole_ppo_D{d}_shards"] == d  # the env state really is split
+
+
+def test_tag_a2c_normalization_same_on_2_devices(single):
+    """Pooled obs/return statistics and the A2C step agree across device counts."""
+    assert single["tag_a2c_normalized_D2"] < RTOL
+    assert single["tag_obs_norm_count"] > 1.0  # the statistics were updated
+
+
+@pytest.mark.parametrize("d_new", [1, 4])
+def test_checkpoint_resumes_on_other_device_count(single, d_new):
+    """Saved with 2 devices after 2 iterations, resumed on 1 or 4: same end as 1 device."""
+    assert single[f"resume_D2_to_D{d_new}_from"] == 2
+    assert single[f"resume_D2_to_D{d_new}"] < RTOL
+
+
+def test_bad_device_counts(single):
+    assert "num_envs=4 is not divisible by the device count 3" in single["err_divisible"]
+    assert "mesh larger than the 8 device(s) present" in single["err_too_many"]
+    assert "DDPG runs on one device for now" in single["err_ddpg"]
+
+
+def test_two_processes_agree(single, tmp_path):
+    """A 2-process cluster (one CPU device each) trains like one process on 1 device."""
+    port = str(_free_port())
+    outs = [tmp_path / f"p{i}.json" for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, SCRIPT, "multi", str(outs[i]), port, str(i)],
+            env=_env(),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    logs = [p.communicate(timeout=300)[0] for p in procs]
+    if any("collective" in log.lower() and "not" in log.lower() for log in logs) and any(
+        p.returncode for p in procs
+    ):
+        pytest.skip("this jax build has no CPU collectives for multi-process runs")
+    for p, log in zip(procs, logs, strict=True):
+        assert p.returncode == 0, log[-3000:]
+    res = [json.loads(o.read_text()) for o in outs]
+    assert [r["process"] for r in res] == [0, 1]
+    assert all(r["processes"] == 2 and r["devices"] == 2 for r in res)
+    ref = single["cartpole_ref_params"]
+    for r in res:
+        for a, b in zip(r["params"], ref, strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=RTOL, atol=1e-6)
+    np.testing.assert_allclose(res[0]["returns"], res[1]["returns"])
+
+
+# ---- start-up errors (no subprocess needed) ------------------------------------------------
+def test_coordinator_that_does_not_answer_times_out():
+    port = _free_port()  # nothing listens there
+    with pytest.raises(TimeoutError, match=rf"127.0.0.1:{port} did not answer within 2 s"):
+        distributed.initialize(f"127.0.0.1:{port}", 2, 1, timeout_s=2)
+
+
+def test_initialize_bad_arguments(monkeypatch):
+    for k in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
+        monkeypatch.delenv(k, raising=False)
+    assert distributed.initialize() is False  # nothing asked: single process
+    with pytest.raises(ValueError, match="without a coordinator address"):
+        distributed.initialize(num_processes=2, process_id=1)
+    with pytest.raises(ValueError, match="host:port"):
+        distributed.initialize("localhost", 2, 1)
+    with pytest.raises(ValueError, match=r"process_id=2 must lie in \[0, 2\)"):
+        distributed.initialize("localhost:1234", 2, 2)
+
+
+def test_resolve_num_devices_errors():
+    import jax
+
+    n = jax.device_count()
+    assert distributed.resolve_num_devices(0) == n
+    assert distributed.resolve_num_devices("all") == n
+    with pytest.raises(ValueError, match="mesh larger than"):
+        distributed.resolve_num_devices(n + 1)
+    with pytest.raises(ValueError, match="positive integer, 0 or 'all'"):
+        distributed.resolve_num_devices("many")
+    with pytest.raises(ValueError, match="positive integer, 0 or 'all'"):
+        distributed.resolve_num_devices(-1)
+
+
+# ---- autoscale ------------------------------------------------------------------------------
+def test_autoscale_picks_largest_fitting_size():
+    from experiments.benchmarks.training import load_config
+    from jaxdrive.autoscale import autoscale
+
+    c = load_config("cartpole", "tiny")  # 4 envs × 16 steps
+    res = autoscale(c, memory_budget_bytes=60_000, max_envs=64, refine_steps=1)
+    by_n = {t.num_envs: t for t in res.trials}
+    assert by_n[res.num_envs].fits and by_n[res.num_envs].total_bytes <= 60_000
+    assert any(not t.fits and t.num_envs > res.num_envs for t in res.trials)  # a miss above
+    assert all(t.fits == (t.total_bytes <= 60_000) for t in res.trials)
+    sizes = sorted(by_n)  # bytes grow with the batch
+    assert [by_n[n].total_bytes for n in sizes] == sorted(by_n[n].total_bytes for n in sizes)
+    assert res.config.num_envs == res.num_envs and c.num_envs == 4  # input untouched
+    assert "chosen: num_envs=" in res.table()
+    with pytest.raises(ValueError, match="does not fit the memory budget"):
+        autoscale(c, memory_budget_bytes=1000, min_envs=4, max_envs=64)
+    with pytest.raises(ValueError, match="memory_budget_bytes must be > 0"):
+        autoscale(c, memory_budget_bytes=0)
