@@ -97,9 +97,7 @@ def config_to_dict(config: Any) -> Any:
     return json.loads(json.dumps(config, sort_keys=True, default=str))
 
 
-def config_hash(
-    config: Any, *, ignore: tuple[str, ...] = ("run", "num_devices")
-) -> str | None:
+def config_hash(config: Any, *, ignore: tuple[str, ...] = ("run", "num_devices")) -> str | None:
     """A short sha256 of ``config`` without its top-level keys ``ignore``.
 
     ``ignore`` defaults to the ``run`` section (chunk sizes, checkpoint cadence,
