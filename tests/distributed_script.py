@@ -112,6 +112,12 @@ def single(out: str) -> None:
     res["err_divisible"] = _error(lambda: _trainer(_config("cartpole", "tiny", 3)))
     res["err_too_many"] = _error(lambda: _trainer(_config("cartpole", "tiny", 16)))
     res["err_ddpg"] = _error(lambda: _trainer(_config("pendulum", "tiny", 2)))
+    # tiny Tag, 5 steps: 2 taggers × 5 = 10 samples per env (40 in all) in 4 minibatches
+    res["err_minibatches"] = _error(
+        lambda: _trainer(
+            _config("tag_continuous", "tiny", 2, **{"algo.num_minibatches": 4, "num_steps": 5})
+        )
+    )
     with open(out, "w") as f:
         json.dump(res, f)
 

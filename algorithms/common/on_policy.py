@@ -34,9 +34,11 @@ stay replicated (every device applies the same averaged gradient).
 step and auto-reset) uses ``fold_in(key, global env index)``, and minibatches are
 *stratified by env*: in each epoch every env permutes its own ``T·A_p`` samples (with
 its own folded key) and minibatch ``j`` takes the ``j``-th slice of every env's
-permutation (so ``num_minibatches`` must divide ``T·A_p``). A device thus holds exactly
-its envs' share of every minibatch, and 1 device and D devices compute the same numbers
-up to floating-point summation order.
+permutation. A device thus holds exactly its envs' share of every minibatch, and 1
+device and D devices compute the same numbers up to floating-point summation order.
+This needs ``num_minibatches`` to divide ``T·A_p``; when it does not (e.g. 25 steps ×
+10 taggers in 4 minibatches) a single device shuffles the whole batch instead, and
+several devices refuse the config.
 """
 
 from __future__ import annotations
@@ -144,7 +146,9 @@ def _check_positive_int(hp: Mapping[str, Any], key: str, where: str) -> int:
     return int(v)
 
 
-def _check_hparams(spec: PolicySpec, batch: int, fixed_steps: bool, per_env: int) -> ActionSpec:
+def _check_hparams(
+    spec: PolicySpec, batch: int, fixed_steps: bool, per_env: int, num_devices: int
+) -> ActionSpec:
     """Checks one policy's hyper-parameters; returns its `ActionSpec`."""
     hp = spec.hp
     where = f"policy {spec.name!r}"
@@ -171,11 +175,11 @@ def _check_hparams(spec: PolicySpec, batch: int, fixed_steps: bool, per_env: int
                 f"{where}: num_minibatches={mbs} does not divide its batch of "
                 f"num_steps*num_envs*agents = {batch} samples"
             )
-        if per_env % mbs:
+        if per_env % mbs and num_devices > 1:
             raise ValueError(
                 f"{where}: num_minibatches={mbs} does not divide num_steps*agents = {per_env}, "
-                "the samples of one env (minibatches take an equal share of every env's "
-                "samples, so that results do not depend on the device count)"
+                "the samples of one env: with num_devices > 1 minibatches take an equal share "
+                "of every env's samples (so that results do not depend on the device count)"
             )
     try:
         return ActionSpec.from_space(
@@ -234,7 +238,7 @@ def make_on_policy_trainer(
     for p, s in specs.items():
         hp = s.hp
         batch = T * N * s.num_agents
-        action_specs[p] = _check_hparams(s, batch, single_step, T * s.num_agents)
+        action_specs[p] = _check_hparams(s, batch, single_step, T * s.num_agents, n_dev)
         epochs[p] = 1 if single_step else int(hp["num_epochs"])
         minibatches[p] = 1 if single_step else int(hp["num_minibatches"])
         obs_sizes[p] = flat_obs_size(s.obs_space)
@@ -523,6 +527,9 @@ def make_on_policy_trainer(
         def epoch(carry, k):
             if n_mb == 1 and n_ep == 1:
                 mbs = jax.tree.map(lambda x: x[None], batch)
+            elif S % n_mb:  # one device only (checked): shuffle the whole batch
+                perm = jax.random.permutation(k, M)
+                mbs = jax.tree.map(lambda x: x[perm].reshape(n_mb, M // n_mb, *x.shape[1:]), batch)
             else:
                 # Stratified by env: env n's S samples permuted with fold_in(k, n); the
                 # j-th minibatch is the j-th slice of every env's permutation.

@@ -9,8 +9,9 @@ Suites:
   learning the learning targets: PPO CartPole (8 vmapped seeds), PPO Acrobot, DDPG
            Pendulum, PPO Tag (trained vs random taggers).
   quick    tiny sizes of the env and train suites, for CPUs and the test suite.
-  scaling  data-parallel weak scaling on 1, 2, ... devices (those present): Tag A2C
-           1000 envs × (10+100) per device, CartPole A2C 10,000 envs per device.
+  scaling  data-parallel scaling on 1, 2, 4, ... devices (those present): Tag A2C
+           1000 envs × (10+100) per device, CartPole A2C 10,000 envs per device; weak
+           (envs per device fixed) and strong (the largest count's global batch, split).
 
 Prints a table and appends one JSON line per measurement to ``--out``.
 ``--compare=PATH[,PATH]`` reads anchor JSON lines (../shared/bench/results/*/results.jsonl)
@@ -41,6 +42,11 @@ flags.DEFINE_string(
     "",
     "jax_default_matmul_precision for the train suites (e.g. 'tensorfloat32', 'bfloat16'); "
     "comma-separated to time several",
+)
+flags.DEFINE_list(
+    "scaling_modes",
+    ["weak", "strong"],
+    "scaling suite: weak (fixed envs per device) and/or strong (fixed global batch)",
 )
 flags.DEFINE_integer("tag_learning_steps", 10_000_000, "env steps of the Tag learning run")
 flags.DEFINE_string(
@@ -197,15 +203,18 @@ def run_scaling_suite(iterations: int, repeats: int) -> list[dict[str, Any]]:
     info = device_info()
     records = []
     for cfg, preset, per_dev, over in SCALING_CONFIGS:
-        recs = scaling_records(
-            cfg, preset, devices, per_dev, weak=True, iterations=iterations, repeats=repeats,
-            **over,
-        )  # fmt: skip
-        for line in speedup_lines(recs):
-            print(line, flush=True)
-        for r in recs:
-            r.update(**info)
-        records += recs
+        for mode in FLAGS.scaling_modes:
+            if mode not in ("weak", "strong"):
+                raise app.UsageError(f"--scaling_modes: {mode!r} is not 'weak' or 'strong'")
+            recs = scaling_records(
+                cfg, preset, devices, per_dev, weak=mode == "weak", iterations=iterations,
+                repeats=repeats, **over,
+            )  # fmt: skip
+            for line in speedup_lines(recs):
+                print(line, flush=True)
+            for r in recs:
+                r.update(**info)
+            records += recs
     return records
 
 

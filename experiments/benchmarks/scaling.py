@@ -1,8 +1,8 @@
 """Scaling benchmark: training throughput on 1..D devices (data parallel, `shard_map`).
 
 Weak scaling keeps ``per_device_envs`` envs on every device (the global batch grows
-with D); strong scaling keeps the global batch ``per_device_envs × max(devices_list)``
-fixed and splits it. Speedup = throughput on D devices / throughput on the first entry.
+with D); strong scaling keeps the global batch at ``per_device_envs`` (what one device
+holds) and splits it over D. Speedup = throughput on D devices / throughput on the first entry.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def scaling_records(
         raise ValueError("devices_list must name at least one device count")
     records = []
     for d in devices_list:
-        n = per_device_envs * (d if weak else max(devices_list))
+        n = per_device_envs * d if weak else per_device_envs
         config = load_config(config_name, preset, **overrides)
         config.num_envs = n
         config.num_devices = int(d)

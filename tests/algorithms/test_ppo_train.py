@@ -319,6 +319,22 @@ def test_batch_size_errors():
         make_train(c)
 
 
+def test_minibatches_not_dividing_one_env_shuffle_whole_batch():
+    """One device: 4 minibatches of 10 samples per env (2 taggers × 5 steps) still train,
+    from a shuffle of the whole batch (stratifying by env needs divisibility)."""
+    c = tiny_tag()
+    c.num_steps = 5
+    c.total_env_steps = c.num_envs * c.num_steps * 2
+    c.algo.num_minibatches = 4
+    tr = make_train(c)
+    rs = jax.jit(tr.init)(jax.random.PRNGKey(0))
+    rs2, m = jax.jit(lambda r: tr.chunk(r, 2))(rs)
+    assert all(np.isfinite(np.asarray(v)).all() for v in m.values())
+    before = jax.tree.leaves(tr.get_params(rs)["tagger"])
+    after = jax.tree.leaves(tr.get_params(rs2)["tagger"])
+    assert any(not np.allclose(a, b) for a, b in zip(before, after, strict=True))
+
+
 def test_action_space_and_option_errors():
     c = tiny()
     c.env_name = "Pendulum-v1"

@@ -1,0 +1,144 @@
+"""Where the time goes: device-kernel summaries of the benchmark workloads.
+
+``python -m experiments.benchmarks.profile --targets=tag_k10,tag_a2c`` times each
+target like the benchmark suites do, traces one more call with `jax.profiler`, and
+prints the device kernels that took the most time (total ms per traced call, launches,
+share). On a CPU (no device plane in the trace) it prints the host's XLA ops instead.
+``--tiny`` shrinks every size for a quick check.
+
+Targets: ``tag_k10`` (1000 envs × (10+100), k = 10), ``tag_full`` (same, full
+observation), ``tag_big`` (2000 envs × (5+995), k = 10), ``tag_a2c`` and ``tag_ppo``
+(training, 1000 envs × (10+100), 25 steps, fc 256×256), ``cartpole_a2c`` (10,000 envs ×
+500 steps).
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import os
+import tempfile
+from typing import Any
+
+from absl import app, flags
+
+__all__ = ["kernel_table", "summarize_trace"]
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("targets", ["tag_k10", "tag_a2c"], "workloads to profile (module docstring)")
+flags.DEFINE_integer("top", 25, "kernels to list per target")
+flags.DEFINE_bool("tiny", False, "tiny sizes (CPU check)")
+flags.DEFINE_string("trace_dir", "", "where traces go (default: a temporary folder)")
+
+TARGETS = ("tag_k10", "tag_full", "tag_big", "tag_a2c", "tag_ppo", "cartpole_a2c")
+
+
+def summarize_trace(trace_dir: str) -> tuple[str, dict[str, tuple[float, int]]]:
+    """Sums event durations by name in the newest ``*.xplane.pb`` under ``trace_dir``.
+
+    Returns ``(plane kind, {name: (total_ms, count)})``: device planes (``/device:*``)
+    when the trace has any, otherwise the host's XLA-op lines.
+    """
+    from jax.profiler import ProfileData
+
+    files = sorted(glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True))
+    if not files:
+        raise FileNotFoundError(f"no *.xplane.pb under {trace_dir!r}")
+    data = ProfileData.from_file(max(files, key=os.path.getmtime))
+    device = [p for p in data.planes if p.name.startswith("/device:")]
+    totals: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
+
+    def add(line) -> None:
+        for ev in line.events:
+            t = totals[ev.name]
+            t[0] += ev.duration_ns / 1e6
+            t[1] += 1
+
+    if device:
+        for plane in device:
+            for line in plane.lines:
+                # Kernel lines per stream; skip the summary lines that repeat them.
+                if "XLA Ops" in line.name or "XLA Modules" in line.name or "Steps" in line.name:
+                    continue
+                add(line)
+        kind = "device"
+    else:
+        for plane in data.planes:
+            for line in plane.lines:
+                if line.name.startswith("tf_XLA") or "XLA" in line.name:
+                    add(line)
+        kind = "host"
+    return kind, {k: (v[0], int(v[1])) for k, v in totals.items()}
+
+
+def kernel_table(totals: dict[str, tuple[float, int]], top: int) -> list[str]:
+    """The ``top`` names by total time, as printable lines (ms, launches, share)."""
+    grand = sum(t for t, _ in totals.values()) or 1.0
+    rows = sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]
+    out = [f"{'ms':>10} {'launches':>9} {'share':>6}  kernel", "-" * 72]
+    for name, (ms, n) in rows:
+        out.append(f"{ms:10.3f} {n:9d} {100 * ms / grand:5.1f}%  {name[:100]}")
+    out.append(f"{grand:10.3f} {sum(n for _, n in totals.values()):9d} 100.0%  (all)")
+    return out
+
+
+def _run_target(name: str, tiny: bool, trace_dir: str) -> dict[str, Any]:
+    import jaxdrive
+    from experiments.benchmarks.timing import time_env_steps
+    from experiments.benchmarks.training import load_config, time_training
+
+    if name.startswith("tag_") and not name.endswith(("a2c", "ppo")):
+        shape = {
+            "tag_k10": (1000, 10, 100, False),
+            "tag_full": (1000, 10, 100, True),
+            "tag_big": (2000, 5, 995, False),
+        }[name]
+        n, t, r, full = shape
+        if tiny:
+            n, t, r = 8, 2, 10
+        env, params = jaxdrive.make(
+            "tag_continuous",
+            num_taggers=t,
+            num_runners=r,
+            use_full_observation=full,
+            num_other_agents_observed=min(10, t + r - 1),
+        )
+        return time_env_steps(env, params, n, 10 if tiny else 100, 3, profile_dir=trace_dir)
+    if name in ("tag_a2c", "tag_ppo"):
+        config = load_config("tag_continuous", name.split("_")[1] if name == "tag_a2c" else "")
+        config.num_envs, config.num_steps = (8, 8) if tiny else (1000, 25)
+        if tiny:
+            config.env_kwargs.num_taggers, config.env_kwargs.num_runners = 2, 10
+    elif name == "cartpole_a2c":
+        config = load_config("cartpole", "a2c")
+        config.num_envs, config.num_steps = (16, 10) if tiny else (10_000, 500)
+        config.policies.agent.hidden_sizes = (32, 32)
+    else:
+        raise ValueError(f"unknown profile target {name!r}; targets: {', '.join(TARGETS)}")
+    iters = 1 if tiny else 3
+    config.total_env_steps = config.num_envs * config.num_steps * iters * 10
+    return time_training(config, iterations=iters, repeats=2, profile_dir=trace_dir)
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    unknown = [t for t in FLAGS.targets if t not in TARGETS]
+    if unknown:
+        raise app.UsageError(f"unknown target(s) {unknown}; targets: {', '.join(TARGETS)}")
+    root = FLAGS.trace_dir or tempfile.mkdtemp(prefix="jaxdrive_profile_")
+    for name in FLAGS.targets:
+        d = os.path.join(root, name)
+        rec = _run_target(name, FLAGS.tiny, d)
+        kind, totals = summarize_trace(d)
+        print(
+            f"\n== {name}: {rec['env_steps_per_s']:,.0f} env steps/s "
+            f"(median {1e3 * rec['seconds_median']:.2f} ms per timed call; {kind} time "
+            "of one traced call below)",
+            flush=True,
+        )
+        for line in kernel_table(totals, FLAGS.top):
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    app.run(main)
