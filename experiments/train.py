@@ -146,7 +146,9 @@ def run(
             )  # fmt: skip
 
     records = read_metrics(workdir) if primary else []
-    last = records[-1]["metrics"] if records else {}
+    # the last iteration in which an episode ended (returns mean nothing in the others)
+    ended = [r for r in records if r["metrics"].get("episodes_done", 1) > 0]
+    last = ended[-1]["metrics"] if ended else {}
     final_returns = {k: v for k, v in last.items() if k.startswith("episode_return")}
     wall = time.perf_counter() - t0
     summary = {

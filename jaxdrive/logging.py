@@ -189,6 +189,10 @@ def read_metrics(workdir: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def _series(records: list[dict[str, Any]], name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(env_steps, values)`` of metric ``name``; episode metrics (``episode_*``) keep
+    only the iterations in which an episode ended (``episodes_done > 0``)."""
+    if name.split("/")[0].startswith("episode_"):
+        records = [r for r in records if r["metrics"].get("episodes_done", 1) > 0]
     x = np.array([r["env_steps"] for r in records], np.float64)
     y = np.array(
         [np.nan if r["metrics"].get(name) is None else r["metrics"][name] for r in records],

@@ -109,14 +109,9 @@ class History:
         return self.env_steps_done / secs if secs > 0 else float("nan")
 
     def latest(self, prefix: str = "episode_return") -> dict[str, float]:
-        """The last finite value of every metric whose name starts with ``prefix``."""
-        out = {}
-        for k, v in self.metrics.items():
-            if k.startswith(prefix):
-                finite = v[np.isfinite(v)]
-                if finite.size:
-                    out[k] = float(finite[-1])
-        return out
+        """The last finite value of every metric whose name starts with ``prefix``
+        (episode metrics: of the last iteration in which an episode ended)."""
+        return _latest_values(self.metrics, prefix)
 
 
 def is_checked_metric(name: str) -> bool:
@@ -212,15 +207,32 @@ def _returns_text(latest: dict[str, float]) -> str:
     return "return " + " ".join(items) if items else ""
 
 
-def _latest_returns(metrics: dict[str, np.ndarray]) -> dict[str, float]:
+def episode_metric(name: str) -> bool:
+    """Whether metric ``name`` describes finished episodes (``episode_return*``,
+    ``episode_length``): it only means something where ``episodes_done > 0``."""
+    return name.split("/")[0].startswith("episode_")
+
+
+def _latest_values(metrics: dict[str, Any], prefix: str) -> dict[str, float]:
+    """The last finite value of each metric named ``prefix…``, skipping, for episode
+    metrics, iterations in which no episode ended (on-policy trainers report 0 there)."""
+    done = metrics.get("episodes_done")
+    ended = None if done is None else np.asarray(done, np.float64).reshape(-1) > 0
     out = {}
     for k, v in metrics.items():
-        if k.split("/")[0].startswith("episode_return"):
-            v = np.asarray(v, np.float64)
-            finite = v[np.isfinite(v)]
-            if finite.size:
-                out[k] = float(finite[-1])
+        if not k.startswith(prefix):
+            continue
+        v = np.asarray(v, np.float64).reshape(-1)
+        keep = np.isfinite(v)
+        if ended is not None and episode_metric(k) and ended.shape == v.shape:
+            keep &= ended
+        if keep.any():
+            out[k] = float(v[keep][-1])
     return out
+
+
+def _latest_returns(metrics: dict[str, np.ndarray]) -> dict[str, float]:
+    return _latest_values(metrics, "episode_return")
 
 
 class _Progress:

@@ -286,3 +286,27 @@ def test_metrics_logger_truncate_and_plots(tmp_path):
     off = MetricsLogger(tmp_path / "off", enabled=False)
     off.log(1, 1, {"x": 1.0})
     assert not os.path.exists(tmp_path / "off")
+
+
+def test_episode_metrics_skip_iterations_without_finished_episodes(tmp_path):
+    """On-policy trainers report 0 for returns where no episode ended: the progress
+    text, the summary's latest value and the plotted curve skip those iterations."""
+    from jaxdrive.logging import _series
+    from jaxdrive.loop import _latest_values
+
+    metrics = {
+        "episodes_done": np.array([2.0, 0.0, 3.0, 0.0]),
+        "episode_return/g": np.array([5.0, 0.0, 7.0, 0.0]),
+        "loss/a": np.array([1.0, 2.0, 3.0, 4.0]),
+    }
+    assert _latest_values(metrics, "episode_return") == {"episode_return/g": 7.0}
+    assert _latest_values(metrics, "loss") == {"loss/a": 4.0}
+    wd = str(tmp_path)
+    with MetricsLogger(wd, tensorboard=False) as lg:
+        for i in range(4):
+            lg.log(i + 1, 10 * (i + 1), {k: float(v[i]) for k, v in metrics.items()})
+    x, y = _series(read_metrics(wd), "episode_return/g")
+    np.testing.assert_array_equal(x, [10.0, 30.0])
+    np.testing.assert_array_equal(y, [5.0, 7.0])
+    x, _ = _series(read_metrics(wd), "loss/a")
+    assert x.size == 4

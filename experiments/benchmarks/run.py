@@ -9,6 +9,8 @@ Suites:
   learning the learning targets: PPO CartPole (8 vmapped seeds), PPO Acrobot, DDPG
            Pendulum, PPO Tag (trained vs random taggers).
   quick    tiny sizes of the env and train suites, for CPUs and the test suite.
+  tag_sweep  Tag learning variants (``--tag_sweep=base,advnorm,...``): tags per episode by
+           trained vs random taggers against the trained runners.
   scaling  data-parallel scaling on 1, 2, 4, ... devices (those present): Tag A2C
            1000 envs × (10+100) per device, CartPole A2C 10,000 envs per device; weak
            (envs per device fixed) and strong (the largest count's global batch, split).
@@ -48,6 +50,7 @@ flags.DEFINE_list(
     ["weak", "strong"],
     "scaling suite: weak (fixed envs per device) and/or strong (fixed global batch)",
 )
+flags.DEFINE_list("tag_sweep", ["base", "advnorm"], "variants for --suite=tag_sweep")
 flags.DEFINE_integer("tag_learning_steps", 10_000_000, "env steps of the Tag learning run")
 flags.DEFINE_string(
     "compare", "", "comma-separated anchor JSONL files or globs (e.g. ../shared/bench/results/*/*)"
@@ -259,6 +262,66 @@ def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
     return records
 
 
+# Tag learning variants (name -> (preset, overrides)) for --suite=tag_sweep.
+TAG_SWEEP = {
+    "base": ("", {}),
+    "advnorm": ("", {"algo.normalize_advantages": True, "algo.ent_coef": 0.01}),
+    "advnorm_lr1e-3": (
+        "",
+        {
+            "algo.normalize_advantages": True,
+            "algo.ent_coef": 0.01,
+            "policies.runner.lr": 1e-3,
+        },
+    ),
+    "rewnorm_lr3e-4": (
+        "",
+        {
+            "algo.normalize_advantages": True,
+            "algo.normalize_rewards": True,
+            "algo.ent_coef": 0.01,
+            "policies.runner.lr": 3e-4,
+            "policies.tagger.lr": 3e-4,
+        },
+    ),
+    "a2c": ("a2c", {}),
+}
+
+
+def run_tag_sweep(variants: list[str]) -> list[dict[str, Any]]:
+    """Trains Tag (1000 envs × 100 steps, ``--tag_learning_steps``) once per variant of
+    `TAG_SWEEP` and reports runners tagged per episode by trained vs random taggers."""
+    import jaxdrive
+    from experiments.benchmarks.timing import device_info
+    from experiments.benchmarks.training import evaluate_tag_tagging, learning_run, load_config
+
+    unknown = [v for v in variants if v not in TAG_SWEEP]
+    if unknown:
+        raise app.UsageError(f"unknown --tag_sweep variant(s) {unknown}; known: {list(TAG_SWEEP)}")
+    info = device_info()
+    records = []
+    for name in variants:
+        preset, over = TAG_SWEEP[name]
+        config = load_config("tag_continuous", preset, num_envs=1000, num_steps=100, **over)
+        config.total_env_steps = FLAGS.tag_learning_steps
+        out = learning_run(config, num_seeds=1)
+        rs, trainer = out.pop("_runner_state"), out.pop("_trainer")
+        out.pop("_env")
+        env, env_params = jaxdrive.make(config.env_name, **dict(config.env_kwargs))
+        params = jax_tree_first(trainer.get_params(rs))
+        out["tagging"] = evaluate_tag_tagging(env, env_params, trainer, params)
+        out.update(bench="tag_sweep", name=name, overrides=over, preset=preset, **info)
+        records.append(out)
+        t = out["tagging"]
+        print(
+            f"tag_sweep {name:<16} trained {t['tags_per_episode_trained_taggers']:6.2f} "
+            f"random {t['tags_per_episode_random_taggers']:6.2f} ratio {t['ratio']:5.2f} "
+            f"returns {json.dumps(out['final_returns'])} wall {out['wall_s_incl_compile']}s",
+            flush=True,
+        )
+    return records
+
+
 def jax_tree_first(tree: Any) -> Any:
     """The first entry of every leaf's leading (seed) axis."""
     import jax
@@ -348,6 +411,8 @@ def main(argv: list[str]) -> None:
         records += recs
     if FLAGS.suite == "learning":
         records += run_learning_suite(FLAGS.num_seeds)
+    if FLAGS.suite == "tag_sweep":
+        records += run_tag_sweep(FLAGS.tag_sweep)
     if FLAGS.suite == "scaling":
         records += run_scaling_suite(FLAGS.train_iterations, FLAGS.repeats)
     for rec in records:
