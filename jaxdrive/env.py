@@ -82,6 +82,22 @@ class Env(abc.ABC, Generic[StateT, ParamsT]):
         """A flat ``[D]`` float32 view of the whole state, for centralised critics."""
         raise NotImplementedError(f"{self.name} does not provide a global state")
 
+    def observations(self, state: StateT, params: ParamsT) -> dict[str, jax.Array]:
+        """Optional: ``{g: [A_g, *O_g]}``, the observation that `reset`/`step` return in
+        ``ts.obs`` for ``state`` (a function of the state alone).
+
+        Envs whose observations are costly implement it: `jaxdrive.vectorize` then
+        auto-resets the *state* and builds each step's observations once, from the
+        merged state, instead of branching on "any env done" (measured on an H200:
+        Tag 1000 × (10+100) full observation, 2.4× faster env steps).
+        """
+        raise NotImplementedError(f"{self.name} does not implement observations()")
+
+    @property
+    def has_observations(self) -> bool:
+        """Whether `observations` is implemented (see there)."""
+        return type(self).observations is not Env.observations
+
     # ----- public API -----------------------------------------------------------------
     @property
     def agent_counts(self) -> dict[str, int]:

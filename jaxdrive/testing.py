@@ -84,7 +84,8 @@ def check_env(
     are the same after reset and after step (so auto-reset and scan work); the state
     keeps its structure; a jitted step traces once across many calls; same key gives
     the same result; ``done`` comes by ``episode_length`` steps, and an early ``done``
-    has a terminated agent; wrong action shapes and dtypes raise ``ValueError``.
+    has a terminated agent; `Env.observations` (when implemented) equals ``ts.obs``;
+    wrong action shapes and dtypes raise ``ValueError``.
     Returns a small report (steps run, episodes ended).
     """
     params = env.default_params if params is None else params
@@ -118,6 +119,12 @@ def check_env(
             jax.random.key(seed + 3 + i), state1, env.sample_actions(jax.random.key(i)), params
         )
     assert traces["n"] == 1, f"jitted step traced {traces['n']} times over 4 calls (retrace)"
+
+    # -- observations(state) equals the obs of reset and step -------------------------
+    if env.has_observations:
+        observe = jax.jit(env.observations)
+        assert_trees_equal(observe(state, params), ts0.obs, "observations(state) after reset")
+        assert_trees_equal(observe(state1, params), ts1.obs, "observations(state) after step")
 
     # -- determinism ------------------------------------------------------------------
     sa, ta = jax.jit(env.reset)(k_det, params)

@@ -25,7 +25,7 @@ from flax import struct
 
 from jaxdrive.env import Env
 from jaxdrive.types import TimeStep
-from jaxdrive.wrappers import ResetPool, merge_reset
+from jaxdrive.wrappers import ResetPool, merge_reset, select_tree
 
 __all__ = ["RolloutResult", "VecEnv", "random_policy", "rollout", "vectorize"]
 
@@ -46,8 +46,14 @@ class VecEnv:
     Every array gains a leading env axis ``N``: ``ts.obs[g]: [N, A_g, *O_g]``,
     ``actions[g]: [N, A_g, *act_shape_g]``. Params are shared (not batched) unless
     ``params_axis=0``. With ``auto_reset`` an env whose episode ended starts a new one
-    inside `step` (from ``reset_pool`` if given); the reset is computed under a
-    `lax.cond` on "any env done", so steps where no episode ends pay nothing for it.
+    inside `step` (from ``reset_pool`` if given). Two ways, same results:
+
+    * envs with `Env.observations` (e.g. Tag), unless ``keep_final_obs``: a fresh start
+      state is drawn for every env, selected where the episode ended, and the
+      observations are built once from the selected states (the step's own and the
+      reset's observations are never computed: XLA drops them as unused);
+    * otherwise the reset is computed under a `lax.cond` on "any env done", so steps
+      where no episode ends skip it (but pay a copy of the timestep out of the branch).
     """
 
     def __init__(
@@ -120,6 +126,15 @@ class VecEnv:
         if not self.auto_reset:
             return state, ts
         keep = self.keep_final_obs
+        if not keep and self.env.has_observations:
+            r_keys = jax.random.split(k_reset, self.num_envs)
+            r_state, r_ts = jax.vmap(self._single_reset, in_axes=(0, self.params_axis))(
+                r_keys, params
+            )
+            state = jax.vmap(select_tree)(ts.done, r_state, state)
+            active = jax.vmap(select_tree)(ts.done, r_ts.active, ts.active)
+            obs = jax.vmap(self.env.observations, in_axes=(0, self.params_axis))(state, params)
+            return state, ts.replace(obs=obs, active=active)
 
         def with_reset(operand):
             state, ts = operand

@@ -82,6 +82,19 @@ class Wrapper(Env):
     def global_state(self, state, params) -> jax.Array:
         return self._env.global_state(state.inner if self.wraps_state else state, params)
 
+    #: False for wrappers that change observations (their `observations` is not the
+    #: inner env's).
+    passes_observations = True
+
+    @property
+    def has_observations(self) -> bool:
+        return self.passes_observations and self._env.has_observations
+
+    def observations(self, state, params) -> dict[str, jax.Array]:
+        if not self.passes_observations:
+            raise NotImplementedError(f"{self.name} does not implement observations()")
+        return self._env.observations(state.inner if self.wraps_state else state, params)
+
     def reset_env(self, key, params):
         return self._env.reset(key, params)
 
@@ -183,6 +196,7 @@ class NormalizeObservation(Wrapper):
     """
 
     wraps_state = True
+    passes_observations = False  # normalised with statistics updated in `step`
 
     def __init__(self, env: Env, epsilon: float = 1e-8, clip: float = 10.0):
         super().__init__(env)

@@ -53,3 +53,19 @@ def test_final_returns_weight_iterations_by_episodes_done():
         "episodes_done": np.array([16.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
     }
     np.testing.assert_allclose(_final_returns(sparse, last=5)["episode_return/agent"], -150.0)
+
+
+def test_timed_calls_refuse_host_transfers():
+    """A benchmark call that copies to the device inside the timed region fails."""
+    import jax
+    import numpy as np
+    import pytest
+
+    from experiments.benchmarks.timing import time_compiled
+
+    f = jax.jit(lambda x: x * 2).lower(np.ones(3, np.float32)).compile()
+    on_device = jax.device_put(np.ones(3, np.float32))
+    first, times = time_compiled(lambda: f(on_device), repeats=2)
+    assert first > 0 and len(times) == 2
+    with pytest.raises(Exception, match="(?i)disallowed host-to-device"):
+        time_compiled(lambda: f(np.ones(3, np.float32)), repeats=1)

@@ -78,7 +78,7 @@ def test_bad_device_counts(single):
     assert "num_envs=4 is not divisible by the device count 3" in single["err_divisible"]
     assert "mesh larger than the 8 device(s) present" in single["err_too_many"]
     assert "DDPG runs on one device for now" in single["err_ddpg"]
-    assert "num_minibatches=4 does not divide num_steps*agents = 10" in single["err_minibatches"]
+    assert "num_minibatches=4 does not divide num_steps*agents" in single["err_minibatches"]
 
 
 def test_two_processes_agree(single, tmp_path):

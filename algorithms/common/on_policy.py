@@ -75,7 +75,7 @@ from jaxdrive.distributed import (
 )
 from jaxdrive.training import Trainer
 from jaxdrive.types import TimeStep
-from jaxdrive.wrappers import merge_reset
+from jaxdrive.wrappers import merge_reset, select_tree
 
 __all__ = [
     "LossFn",
@@ -226,7 +226,10 @@ def make_on_policy_trainer(
     pmap = PolicyMap({p: s.groups for p, s in specs.items()}, env.agent_counts)
     names = tuple(specs)
     stats_env = jaxdrive.wrappers.EpisodeStats(env)
-    venv = jaxdrive.vectorize(stats_env, N, auto_reset=True, keep_final_obs=True)
+    # Envs with `observations` (Tag) reset the state and build observations once per step;
+    # the final observation is then rebuilt from the final state only when needed.
+    fast_reset = stats_env.has_observations
+    venv = jaxdrive.vectorize(stats_env, N, auto_reset=True, keep_final_obs=not fast_reset)
 
     # ---- static per-policy setup -------------------------------------------------------
     nets: dict[str, ActorCritic] = {}
@@ -287,15 +290,27 @@ def make_on_policy_trainer(
 
     def reset_one(key: jax.Array):
         state, ts = stats_env.reset(key, env_params)
+        if fast_reset:
+            return state, ts
         return state, ts.replace(extras={**ts.extras, "final_obs": ts.obs})
 
     def env_step(key: jax.Array, ids: jax.Array, env_state: Any, actions: Any):
         """Steps this device's envs with per-env keys, auto-resetting finished ones
-        (`jaxdrive.vectorize`'s auto-reset with ``keep_final_obs``)."""
+        (as `jaxdrive.vectorize` does). Returns ``(state, ts, final_obs)``:
+        ``final_obs()`` gives the observations before the reset (call it only under a
+        branch taken when some env is done: with ``fast_reset`` it rebuilds them)."""
         keys = jax.vmap(jax.random.split)(env_keys(key, ids))  # [NL, 2]
         state, ts = jax.vmap(stats_env.step, in_axes=(0, 0, 0, None))(
             keys[:, 0], env_state, actions, env_params
         )
+        if fast_reset:
+            r_state, r_ts = jax.vmap(reset_one)(keys[:, 1])
+            final_state = state
+            state = jax.vmap(select_tree)(ts.done, r_state, state)
+            active = jax.vmap(select_tree)(ts.done, r_ts.active, ts.active)
+            observe = jax.vmap(stats_env.observations, in_axes=(0, None))
+            ts = ts.replace(obs=observe(state, env_params), active=active)
+            return state, ts, lambda: observe(final_state, env_params)
 
         def with_reset(operand):
             state, ts = operand
@@ -308,7 +323,8 @@ def make_on_policy_trainer(
             state, ts = operand
             return state, ts.replace(extras={**ts.extras, "final_obs": ts.obs})
 
-        return jax.lax.cond(jnp.any(ts.done), with_reset, without_reset, (state, ts))
+        state, ts = jax.lax.cond(jnp.any(ts.done), with_reset, without_reset, (state, ts))
+        return state, ts, lambda: ts.extras["final_obs"]
 
     def flat_obs(p: str, obs: jax.Array, lead: int) -> jax.Array:
         """``[*lead_dims, *O] -> [*lead_dims, O_flat]`` float32."""
@@ -384,10 +400,12 @@ def make_on_policy_trainer(
                     "value": value,
                     "active": active_p[p],
                 }
-            env_state, nts = env_step(k_env, ids, env_state, pmap.to_groups(env_actions, axis=1))
-            final_p = pmap.to_policy(nts.extras["final_obs"], axis=1)
+            env_state, nts, final_obs = env_step(
+                k_env, ids, env_state, pmap.to_groups(env_actions, axis=1)
+            )
 
             def final_values(_):
+                final_p = pmap.to_policy(final_obs(), axis=1)
                 vals = {}
                 for p in names:
                     obs = flat_obs(p, final_p[p], 2)

@@ -164,7 +164,7 @@ class TagGridWorld(Env[TagGridWorldState, TagGridWorldParams]):
         T = self.num_taggers
         return {"tagger": per_agent[:T], "runner": per_agent[T:]}
 
-    def observations(self, state: TagGridWorldState) -> dict[str, jax.Array]:
+    def observations(self, state: TagGridWorldState, params: Any = None) -> dict[str, jax.Array]:
         """Every agent's observation: ``{"tagger": [T, D], "runner": [1, D]}`` float32."""
         T, M = self.num_taggers, self.num_agents_total
         L = jnp.float32(self.grid_length)
@@ -257,7 +257,7 @@ class TagGridWorld(Env[TagGridWorldState, TagGridWorldParams]):
         new_state = TagGridWorldState(positions=pos, t=t)
         ones = jnp.ones((M,), bool)
         ts = TimeStep(
-            obs=self.observations(new_state),
+            obs=self.observations(new_state, params),
             reward=self._split(reward.astype(f32)),
             terminated=self._split(ones & tagged),
             truncated=self._split(ones & out_of_time & ~tagged),

@@ -29,6 +29,8 @@ flags.DEFINE_list("targets", ["tag_k10", "tag_a2c"], "workloads to profile (modu
 flags.DEFINE_integer("top", 25, "kernels to list per target")
 flags.DEFINE_bool("tiny", False, "tiny sizes (CPU check)")
 flags.DEFINE_string("trace_dir", "", "where traces go (default: a temporary folder)")
+flags.DEFINE_bool("auto_reset", True, "env-only targets: auto-reset finished envs")
+flags.DEFINE_string("impl", "auto", "Tag neighbour search: auto | jax | pallas")
 
 TARGETS = ("tag_k10", "tag_full", "tag_big", "tag_a2c", "tag_ppo", "cartpole_a2c")
 
@@ -102,8 +104,12 @@ def _run_target(name: str, tiny: bool, trace_dir: str) -> dict[str, Any]:
             num_runners=r,
             use_full_observation=full,
             num_other_agents_observed=min(10, t + r - 1),
+            impl=FLAGS.impl,
         )
-        return time_env_steps(env, params, n, 10 if tiny else 100, 3, profile_dir=trace_dir)
+        return time_env_steps(
+            env, params, n, 10 if tiny else 100, 3, profile_dir=trace_dir,
+            auto_reset=FLAGS.auto_reset,
+        )  # fmt: skip
     if name in ("tag_a2c", "tag_ppo"):
         config = load_config("tag_continuous", name.split("_")[1] if name == "tag_a2c" else "")
         config.num_envs, config.num_steps = (8, 8) if tiny else (1000, 25)

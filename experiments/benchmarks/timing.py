@@ -59,15 +59,21 @@ def peak_memory_bytes() -> int | None:
 
 def time_compiled(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float]]:
     """Calls ``fn`` once (compile + warm-up) then ``repeats`` times; returns
-    ``(first_call_seconds, [seconds per timed call])``."""
+    ``(first_call_seconds, [seconds per timed call])``.
+
+    The timed calls run under ``jax.transfer_guard("disallow")``: a host↔device copy
+    inside them (an argument built on the host, a value read back) raises instead of
+    being timed. ``fn`` should call an AOT-compiled executable, which cannot retrace.
+    """
     t0 = time.perf_counter()
     jax.block_until_ready(fn())
     first = time.perf_counter() - t0
     times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
+    with jax.transfer_guard("disallow"):
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn())
+            times.append(time.perf_counter() - t0)
     return first, times
 
 
@@ -88,11 +94,13 @@ def time_env_steps(
     repeats: int = 5,
     seed: int = 0,
     profile_dir: str | None = None,
+    auto_reset: bool = True,
 ) -> dict[str, Any]:
     """Times env-only stepping (see the module docstring); returns a result record.
 
-    With ``profile_dir``, one extra call (after the timed ones) is traced there."""
-    venv = jaxdrive.vectorize(env, num_envs, auto_reset=True)
+    With ``profile_dir``, one extra call (after the timed ones) is traced there;
+    ``auto_reset=False`` times the step without the batch's reset check."""
+    venv = jaxdrive.vectorize(env, num_envs, auto_reset=auto_reset)
     policy = jaxdrive.random_policy(env)
 
     @jax.jit
@@ -119,11 +127,14 @@ def time_env_steps(
     t0 = time.perf_counter()
     compiled = run.lower(jax.random.key(seed + 1), state, ts).compile()
     compile_s = time.perf_counter() - t0
+    # keys made on the device up front: no host transfer inside the timed calls
+    keys = jax.random.split(jax.random.key(seed + 1), repeats + 2)
+    keys = [keys[i] for i in range(repeats + 2)]
     holder = {"i": 0}
 
     def call():
-        holder["i"] += 1
-        return compiled(jax.random.key(seed + holder["i"]), state, ts)
+        holder["i"] = (holder["i"] + 1) % len(keys)
+        return compiled(keys[holder["i"]], state, ts)
 
     first, times = time_compiled(call, repeats)
     profile_call(call, profile_dir)
