@@ -1,0 +1,192 @@
+"""Tests of TagContinuous's spatially sorted k-nearest search (`kernels.nearest_k_sorted*`).
+
+The kernel runs in Pallas interpret mode on CPU and must equal the plain-JAX reference
+`neighbors.nearest_k` bit for bit (indices and validity, padding included) on states
+built to stress its pruning and tie handling: uniform and clustered positions, exact
+ties (coarse lattices, duplicated positions, everyone at one point), agents out of the
+game (random, all but a few, fewer than ``k`` candidates, none left), ``M`` that is not
+a multiple of the block sizes, and both insertion modes (``tie_check``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+
+from environments.tag_continuous import kernels, neighbors
+
+KINDS = (
+    "uniform",
+    "cluster",
+    "lattice",
+    "duplicates",
+    "out_random",
+    "out_most",
+    "lattice_out",
+    "one_point",
+    "out_all",
+    "two_clusters",
+)
+
+
+def make_states(m, kinds, seed, length=20.0):
+    """One env per entry of ``kinds``: ``x, y [n, m]`` float32 and ``in_game [n, m]``."""
+    rng = np.random.default_rng(seed)
+    xs, ys, gs = [], [], []
+    for kind in kinds:
+        x = rng.uniform(0, length, m)
+        y = rng.uniform(0, length, m)
+        g = np.ones(m, bool)
+        if kind == "cluster":  # everyone in one small spot
+            x = 7.0 + 1e-3 * rng.random(m)
+            y = 3.0 + 1e-3 * rng.random(m)
+        elif kind == "lattice":  # exact distances, many ties
+            x = rng.integers(0, 6, m) * 0.5
+            y = rng.integers(0, 6, m) * 0.5
+        elif kind == "duplicates":
+            src = rng.integers(0, max(1, m // 4), m)
+            x, y = x[src], y[src]
+        elif kind == "out_random":
+            g = rng.random(m) < 0.6
+        elif kind == "out_most":  # fewer candidates than k for everyone
+            g = np.zeros(m, bool)
+            g[rng.choice(m, size=min(m, 3), replace=False)] = True
+        elif kind == "lattice_out":
+            x = rng.integers(0, 4, m) * 0.25
+            y = rng.integers(0, 4, m) * 0.25
+            g = rng.random(m) < 0.7
+        elif kind == "one_point":
+            x = np.full(m, 3.5)
+            y = np.full(m, 1.25)
+        elif kind == "out_all":
+            g = np.zeros(m, bool)
+        elif kind == "two_clusters":  # far apart, one of them mostly out of the game
+            half = rng.random(m) < 0.5
+            x = np.where(half, 1.0 + 0.1 * rng.random(m), 19.0 + 0.1 * rng.random(m))
+            y = np.where(half, 1.0 + 0.1 * rng.random(m), 18.0 + 0.1 * rng.random(m))
+            g = half | (rng.random(m) < 0.1)
+        xs.append(np.asarray(x, np.float32))
+        ys.append(np.asarray(y, np.float32))
+        gs.append(g)
+    return np.stack(xs), np.stack(ys), np.stack(gs)
+
+
+@functools.cache
+def _reference(k):
+    return jax.jit(jax.vmap(functools.partial(neighbors.nearest_k, k=k)))
+
+
+@functools.cache
+def _sorted(k, **options):
+    return jax.jit(functools.partial(kernels.sorted_search_stats, k=k, interpret=True, **options))
+
+
+def assert_same(idx, valid, ref_idx, ref_valid, what):
+    np.testing.assert_array_equal(np.asarray(valid), np.asarray(ref_valid), err_msg=f"valid {what}")
+    np.testing.assert_array_equal(np.asarray(idx), np.asarray(ref_idx), err_msg=f"idx {what}")
+
+
+# (M, k, block_rows, chunk_size, block_cols, tie_check): M below / not a multiple of
+# the blocks, BM < BC and BM > BC, an unrolled chunk, k above the candidates (padding).
+CASES = [
+    (7, 3, None, None, None, True),
+    (7, 9, 4, 2, 1, False),
+    (130, 10, 32, 16, 1, True),
+    (130, 4, 16, 32, 2, False),
+    (600, 10, 32, 16, 1, True),
+    (600, 10, 64, 8, 1, False),
+]
+
+
+@pytest.mark.parametrize("m,k,bm,bc,u,tie_check", CASES)
+def test_sorted_matches_reference(m, k, bm, bc, u, tie_check):
+    kinds = KINDS if m < 600 else KINDS[:8]
+    x, y, g = make_states(m, kinds, seed=m + 7 * k)
+    fn = _sorted(k, block_rows=bm, chunk_size=bc, block_cols=u, tie_check=tie_check)
+    idx, valid, _ = fn(x, y, g)
+    ref_idx, ref_valid = _reference(k)(x, y, g)
+    assert idx.shape == (len(kinds), m, k) and idx.dtype == np.int32
+    assert valid.shape == (len(kinds), m, k) and valid.dtype == bool
+    for e, kind in enumerate(kinds):
+        assert_same(idx[e], valid[e], ref_idx[e], ref_valid[e], f"{kind} (env {e})")
+
+
+def test_sorted_prunes_uniform_agents():
+    """At the benchmark's density (1000 agents per 20 x 20) most pairs are skipped."""
+    m, k = 1000, 10
+    x, y, g = make_states(m, ("uniform", "cluster", "out_random"), seed=3)
+    idx, valid, pairs = _sorted(k, block_rows=32, chunk_size=16, block_cols=1, tie_check=True)(
+        x, y, g
+    )
+    pairs = np.asarray(pairs)
+    assert np.all(pairs < 0.25), pairs
+    ref_idx, ref_valid = _reference(k)(x, y, g)
+    assert_same(idx, valid, ref_idx, ref_valid, "m=1000")
+
+
+def test_sorted_under_vmap_and_single_env():
+    m, k = 130, 6
+    kinds = ("uniform", "lattice_out", "out_most", "duplicates")
+    x, y, g = make_states(m, kinds, seed=5)
+    single = functools.partial(
+        kernels.nearest_k_sorted, k=k, block_rows=16, chunk_size=8, block_cols=1, interpret=True
+    )
+    v_idx, v_valid = jax.jit(jax.vmap(single))(x, y, g)
+    ref_idx, ref_valid = _reference(k)(x, y, g)
+    assert_same(v_idx, v_valid, ref_idx, ref_valid, "vmap")
+    s_idx, s_valid = jax.jit(single)(x[1], y[1], g[1])
+    assert_same(s_idx, s_valid, ref_idx[1], ref_valid[1], "single env")
+
+
+def test_sorted_equals_brute_force_kernel():
+    m, k = 130, 8
+    x, y, g = make_states(m, KINDS, seed=11)
+    idx, valid, _ = _sorted(k, block_rows=32, chunk_size=16, block_cols=1, tie_check=True)(x, y, g)
+    b_idx, b_valid = jax.jit(
+        functools.partial(kernels.nearest_k_batched, k=k, method="brute", interpret=True)
+    )(x, y, g)
+    assert_same(idx, valid, b_idx, b_valid, "vs brute")
+
+
+def test_auto_method_selection():
+    assert kernels._resolve_method(None, kernels.SORTED_MIN_AGENTS - 1) == "brute"
+    assert kernels._resolve_method(None, kernels.SORTED_MIN_AGENTS) == "sorted"
+    assert kernels._resolve_method("brute", 10_000) == "brute"
+    assert kernels._resolve_method("sorted", 3) == "sorted"
+    with pytest.raises(ValueError, match="method must be"):
+        kernels._resolve_method("grid", 3)
+    # The default path at M >= SORTED_MIN_AGENTS is the sorted search (same results).
+    m, k = kernels.SORTED_MIN_AGENTS, 4
+    x, y, g = make_states(m, ("out_random",), seed=2)
+    idx, valid = jax.jit(functools.partial(kernels.nearest_k, k=k, interpret=True))(
+        x[0], y[0], g[0]
+    )
+    ref_idx, ref_valid = neighbors.nearest_k(x[0], y[0], g[0], k)
+    assert_same(idx, valid, ref_idx, ref_valid, "auto")
+
+
+def test_spatial_order_is_a_local_permutation():
+    x, y, _ = make_states(500, ("uniform", "one_point"), seed=4)
+    perm = np.asarray(kernels.spatial_order(x, y))
+    for e in range(2):
+        np.testing.assert_array_equal(np.sort(perm[e]), np.arange(500))
+    np.testing.assert_array_equal(perm[1], np.arange(500))  # equal keys: index order
+    # Consecutive agents along the curve are close (uniform: mean step << side 20).
+    step = np.hypot(np.diff(x[0][perm[0]]), np.diff(y[0][perm[0]]))
+    assert step.mean() < 1.5, step.mean()
+
+
+def test_sorted_bad_options_raise():
+    x = np.zeros((1, 7), np.float32)
+    g = np.ones((1, 7), bool)
+    with pytest.raises(ValueError, match="chunk_size must be a power of two"):
+        kernels.nearest_k_sorted_batched(x, x, g, 2, chunk_size=6)
+    with pytest.raises(ValueError, match="at most chunk_size"):
+        kernels.nearest_k_sorted_batched(x, x, g, 2, chunk_size=2, block_cols=4)
+    with pytest.raises(ValueError, match="k >= 1"):
+        kernels.nearest_k_sorted_batched(x, x, g, 0)
+    with pytest.raises(ValueError, match="method must be"):
+        kernels.nearest_k(x[0], x[0], g[0], 2, method="grid")
