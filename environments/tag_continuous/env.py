@@ -171,11 +171,14 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
       impl: ``"jax"`` (the plain-JAX neighbour searches of `neighbors`), ``"pallas"``
         (``environments.tag_continuous.kernels``; ``interpret=True`` off GPU) or
         ``"auto"`` (Pallas on GPU, JAX elsewhere).
-      full_obs_impl: how the full observation is computed, one of
-        `full_obs.IMPLS`: ``"gather"`` (the default: the original form, all agents then
-        split into groups), or ``"iota"``, ``"take"``, ``"select"``, ``"pallas"`` (built
-        per group, see `environments.tag_continuous.full_obs`). All give the same values,
-        bit for bit; only the speed differs. Ignored for partial observation.
+      full_obs_impl: how the full observation is computed: ``"auto"`` (the default:
+        ``"pallas"`` on GPU when ``impl`` resolves to Pallas, else ``"gather"``), or one of
+        `full_obs.IMPLS`: ``"gather"`` (the original form, all agents then split into
+        groups), ``"iota"``, ``"take"``, ``"select"``, ``"pallas"`` (built per group, see
+        `environments.tag_continuous.full_obs`). On the CPU all give the same values, bit
+        for bit; on an H200 the Pallas kernel differs from ``"gather"`` by at most one
+        float32 ulp (6e-8; Triton contracts to FMA) and is the fastest (1000 × (10+100)
+        envs: 0.164 vs 0.205 ms per step). Ignored for partial observation.
 
     Groups: ``"tagger"`` (``T`` agents, the tagger ids in increasing order) and
     ``"runner"`` (the other ids, increasing). Agent type: tagger 1, runner 0.
@@ -245,7 +248,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
     runner_exits_game_after_tagged: bool = True
     tagger_ids: tuple[int, ...] | None = None
     impl: str = "auto"
-    full_obs_impl: str = "gather"
+    full_obs_impl: str = "auto"
 
     def __post_init__(self) -> None:
         def count(name: str, lo: int) -> int:
@@ -280,9 +283,9 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             )
         if self.impl not in _IMPLS:
             raise ValueError(f"TagContinuous: impl must be one of {_IMPLS}, got {self.impl!r}")
-        if self.full_obs_impl not in full_obs.IMPLS:
+        if self.full_obs_impl not in ("auto", *full_obs.IMPLS):
             raise ValueError(
-                f"TagContinuous: full_obs_impl must be one of {full_obs.IMPLS}, "
+                f"TagContinuous: full_obs_impl must be one of {('auto', *full_obs.IMPLS)}, "
                 f"got {self.full_obs_impl!r}"
             )
         ids = self.tagger_ids
@@ -374,6 +377,12 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             return self.impl
         return "pallas" if jax.default_backend() == "gpu" else "jax"
 
+    def _resolved_full_obs_impl(self) -> str:
+        if self.full_obs_impl != "auto":
+            return self.full_obs_impl
+        gpu = jax.default_backend() == "gpu"
+        return "pallas" if gpu and self._resolved_impl() == "pallas" else "gather"
+
     def _search_module(self):
         """The module providing ``nearest_k``/``nearest_tagger`` and the kwargs to pass."""
         if self._resolved_impl() == "pallas":
@@ -464,8 +473,9 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         division by the scale into a multiplication by its reciprocal (on the CPU, or when
         the scale is a compile-time constant: params not traced), so they agree bit for bit.
         """
+        form = self._resolved_full_obs_impl()
         kw = {}
-        if self.full_obs_impl != "gather":
+        if form != "gather":
             constant = _concrete(params.grid_length) and _concrete(params.max_speed)
             kw["reciprocal"] = full_obs.reference_uses_reciprocal(constant)
         p = self._f32(params)
@@ -476,7 +486,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         gf = state.in_game.astype(jnp.float32)
         time = state.t.astype(jnp.float32) / jnp.float32(self.episode_length)
         feats = self._features(state)
-        return full_obs.full_obs(self.full_obs_impl, feats, rows, scale, gf, time, **kw)
+        return full_obs.full_obs(form, feats, rows, scale, gf, time, **kw)
 
     def observations(self, state: TagState, params: TagContinuousParams) -> dict[str, jax.Array]:
         """``{"tagger": [T, D], "runner": [R, D]}``: every group's observation of
@@ -484,7 +494,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         observations once per step, after auto-reset)."""
         ids = {g: self.group_ids(g) for g in self.groups}
         contiguous = all(i == tuple(range(i[0], i[0] + len(i))) for i in ids.values())
-        if self.use_full_observation and self.full_obs_impl != "gather":
+        if self.use_full_observation and self._resolved_full_obs_impl() != "gather":
             # one-pass forms (`full_obs`): each group's rows directly, any ids.
             return {g: self._observe_full(state, params, i) for g, i in ids.items()}
         elif contiguous and not self.use_full_observation:

@@ -50,6 +50,11 @@ flags.DEFINE_list(
     ["weak", "strong"],
     "scaling suite: weak (fixed envs per device) and/or strong (fixed global batch)",
 )
+flags.DEFINE_list(
+    "learning_runs",
+    ["ppo_cartpole", "ppo_acrobot", "ddpg_pendulum", "ppo_tag"],
+    "runs of --suite=learning",
+)
 flags.DEFINE_list("tag_sweep", ["base", "advnorm"], "variants for --suite=tag_sweep")
 flags.DEFINE_integer("tag_learning_steps", 10_000_000, "env steps of the Tag learning run")
 flags.DEFINE_string(
@@ -249,7 +254,12 @@ def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
             3.0,
         ),
     ]
+    unknown = [n for n in FLAGS.learning_runs if n not in {r[0] for r in runs}]
+    if unknown:
+        raise app.UsageError(f"unknown --learning_runs {unknown}; known: {[r[0] for r in runs]}")
     for name, config, seeds, target in runs:
+        if name not in FLAGS.learning_runs:
+            continue
         out = learning_run(config, num_seeds=seeds)
         rs, trainer, env = out.pop("_runner_state"), out.pop("_trainer"), out.pop("_env")
         out.update(bench="learning", name=name, target=target, **info)

@@ -251,7 +251,12 @@ def test_vmapped_forms_batched_params() -> None:
 def test_config_and_registry() -> None:
     with pytest.raises(ValueError, match="full_obs_impl"):
         TagContinuous(use_full_observation=True, full_obs_impl="cuda")
-    assert TagContinuous().full_obs_impl == "gather"
+    assert TagContinuous().full_obs_impl == "auto"
+    # "auto": the Pallas kernel only on GPU with the Pallas searches, else the original form.
+    expected = "pallas" if jax.default_backend() == "gpu" else "gather"
+    assert TagContinuous()._resolved_full_obs_impl() == expected
+    assert TagContinuous(impl="jax")._resolved_full_obs_impl() == "gather"
+    assert TagContinuous(full_obs_impl="iota")._resolved_full_obs_impl() == "iota"
     env, _ = jaxdrive.make("tag_continuous", use_full_observation=True, full_obs_impl="iota")
     assert env.full_obs_impl == "iota"
     # Partial observation ignores the option.
