@@ -39,13 +39,16 @@ def test_has_observations_flags():
     assert EpisodeStats(env).has_observations
     assert not HideObservations(env).has_observations
     assert not jaxdrive.wrappers.NormalizeObservation(env).has_observations
-    cart, _ = jaxdrive.make("CartPole-v1")
-    assert not cart.has_observations
+    cart, _ = jaxdrive.make("CartPole-v1")  # classic control: the obs is a state function
+    assert cart.has_observations
 
 
 def test_vectorize_observe_once_equals_branching_reset():
-    for full in (False, True):
-        env, params = _tag(use_full_observation=full)
+    cases = [_tag(use_full_observation=False), _tag(use_full_observation=True)]
+    cases += [
+        jaxdrive.make(n, max_episode_steps=5) for n in ("CartPole-v1", "Acrobot-v1", "Pendulum-v1")
+    ]
+    for env, params in cases:
         fast = jaxdrive.vectorize(EpisodeStats(env), 6)
         slow = jaxdrive.vectorize(HideObservations(EpisodeStats(env)), 6)
         policy = jaxdrive.random_policy(env)

@@ -178,6 +178,11 @@ class Acrobot(ClassicControlEnv[AcrobotState, AcrobotParams]):
         )
         return new_state, ts
 
+    def observations(self, state: AcrobotState, params: AcrobotParams) -> dict[str, jax.Array]:
+        """``{"agent": [1, O]}`` float32, the observation `reset`/`step` return for
+        ``state`` (lets `jaxdrive.vectorize` auto-reset by a select, without a branch)."""
+        return {"agent": _obs(state).astype(jnp.float32)[None]}
+
     def global_state(self, state: AcrobotState, params: AcrobotParams) -> jax.Array:
         """[4] float32 ``(theta1, theta2, dtheta1, dtheta2)``."""
         return jnp.stack([state.theta1, state.theta2, state.dtheta1, state.dtheta2]).astype(

@@ -147,6 +147,11 @@ class CartPole(ClassicControlEnv[CartPoleState, CartPoleParams]):
         )
         return new_state, ts
 
+    def observations(self, state: CartPoleState, params: CartPoleParams) -> dict[str, jax.Array]:
+        """``{"agent": [1, O]}`` float32, the observation `reset`/`step` return for
+        ``state`` (lets `jaxdrive.vectorize` auto-reset by a select, without a branch)."""
+        return {"agent": _obs(state).astype(jnp.float32)[None]}
+
     def global_state(self, state: CartPoleState, params: CartPoleParams) -> jax.Array:
         """[4] float32 ``(x, x_dot, theta, theta_dot)``."""
         return _obs(state)

@@ -124,6 +124,13 @@ class MountainCarContinuous(
         )
         return new_state, ts
 
+    def observations(
+        self, state: MountainCarContinuousState, params: MountainCarContinuousParams
+    ) -> dict[str, jax.Array]:
+        """``{"agent": [1, O]}`` float32, the observation `reset`/`step` return for
+        ``state`` (lets `jaxdrive.vectorize` auto-reset by a select, without a branch)."""
+        return {"agent": _obs(state).astype(jnp.float32)[None]}
+
     def global_state(
         self, state: MountainCarContinuousState, params: MountainCarContinuousParams
     ) -> jax.Array:

@@ -113,6 +113,13 @@ class MountainCar(ClassicControlEnv[MountainCarState, MountainCarParams]):
         )
         return new_state, ts
 
+    def observations(
+        self, state: MountainCarState, params: MountainCarParams
+    ) -> dict[str, jax.Array]:
+        """``{"agent": [1, O]}`` float32, the observation `reset`/`step` return for
+        ``state`` (lets `jaxdrive.vectorize` auto-reset by a select, without a branch)."""
+        return {"agent": _obs(state).astype(jnp.float32)[None]}
+
     def global_state(self, state: MountainCarState, params: MountainCarParams) -> jax.Array:
         """[2] float32 ``(position, velocity)``."""
         return _obs(state)

@@ -113,6 +113,11 @@ class Pendulum(ClassicControlEnv[PendulumState, PendulumParams]):
         )
         return new_state, ts
 
+    def observations(self, state: PendulumState, params: PendulumParams) -> dict[str, jax.Array]:
+        """``{"agent": [1, O]}`` float32, the observation `reset`/`step` return for
+        ``state`` (lets `jaxdrive.vectorize` auto-reset by a select, without a branch)."""
+        return {"agent": _obs(state).astype(jnp.float32)[None]}
+
     def global_state(self, state: PendulumState, params: PendulumParams) -> jax.Array:
         """[2] float32 ``(theta, theta_dot)``."""
         return jnp.stack([state.theta, state.theta_dot]).astype(jnp.float32)
