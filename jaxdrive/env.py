@@ -98,6 +98,14 @@ class Env(abc.ABC, Generic[StateT, ParamsT]):
         """Whether `observations` is implemented (see there)."""
         return type(self).observations is not Env.observations
 
+    @property
+    def reset_by_select(self) -> bool:
+        """Whether auto-reset should reset every env and select (`observations` needed)
+        rather than branch on "any env done". Default: when `observations` exists. Envs
+        whose step is cheap and whose episodes rarely end together may prefer the
+        branch (classic control, measured on an H200)."""
+        return self.has_observations
+
     # ----- public API -----------------------------------------------------------------
     @property
     def agent_counts(self) -> dict[str, int]:

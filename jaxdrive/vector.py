@@ -48,12 +48,15 @@ class VecEnv:
     ``params_axis=0``. With ``auto_reset`` an env whose episode ended starts a new one
     inside `step` (from ``reset_pool`` if given). Two ways, same results:
 
-    * envs with `Env.observations` (e.g. Tag), unless ``keep_final_obs``: a fresh start
+    * envs with `Env.reset_by_select` (Tag), unless ``keep_final_obs``: a fresh start
       state is drawn for every env, selected where the episode ended, and the
       observations are built once from the selected states (the step's own and the
       reset's observations are never computed: XLA drops them as unused);
     * otherwise the reset is computed under a `lax.cond` on "any env done", so steps
       where no episode ends skip it (but pay a copy of the timestep out of the branch).
+
+    ``reset_mode``: ``"auto"`` (the first way where `Env.reset_by_select`, else the
+    second), ``"select"`` (the first way; needs `Env.observations`) or ``"cond"``.
     """
 
     def __init__(
@@ -65,7 +68,18 @@ class VecEnv:
         reset_pool: ResetPool | None = None,
         keep_final_obs: bool = False,
         params_axis: int | None = None,
+        reset_mode: str = "auto",
     ):
+        if reset_mode not in ("auto", "select", "cond"):
+            raise ValueError(f"reset_mode must be 'auto', 'select' or 'cond', got {reset_mode!r}")
+        if reset_mode == "select" and not env.has_observations:
+            raise ValueError(
+                f"reset_mode='select' needs an env with observations(state, params); "
+                f"{env.name} has none"
+            )
+        if reset_mode == "select" and keep_final_obs:
+            raise ValueError("reset_mode='select' cannot keep_final_obs; use 'cond' or 'auto'")
+        self.reset_mode = reset_mode
         self.env = env
         self.num_envs = _check_count("num_envs", num_envs)
         self.auto_reset = bool(auto_reset)
@@ -126,7 +140,10 @@ class VecEnv:
         if not self.auto_reset:
             return state, ts
         keep = self.keep_final_obs
-        if not keep and self.env.has_observations:
+        select = self.reset_mode == "select" or (
+            self.reset_mode == "auto" and not keep and self.env.reset_by_select
+        )
+        if select:
             r_keys = jax.random.split(k_reset, self.num_envs)
             r_state, r_ts = jax.vmap(self._single_reset, in_axes=(0, self.params_axis))(
                 r_keys, params

@@ -90,6 +90,10 @@ class Wrapper(Env):
     def has_observations(self) -> bool:
         return self.passes_observations and self._env.has_observations
 
+    @property
+    def reset_by_select(self) -> bool:
+        return self.has_observations and self._env.reset_by_select
+
     def observations(self, state, params) -> dict[str, jax.Array]:
         if not self.passes_observations:
             raise NotImplementedError(f"{self.name} does not implement observations()")

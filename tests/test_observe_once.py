@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+import pytest
 
 import algorithms
 import jaxdrive
@@ -41,6 +42,8 @@ def test_has_observations_flags():
     assert not jaxdrive.wrappers.NormalizeObservation(env).has_observations
     cart, _ = jaxdrive.make("CartPole-v1")  # classic control: the obs is a state function
     assert cart.has_observations
+    assert not cart.reset_by_select  # ... but auto-resets by the branch (measured faster)
+    assert env.reset_by_select and not HideObservations(env).reset_by_select
 
 
 def test_vectorize_observe_once_equals_branching_reset():
@@ -84,3 +87,27 @@ def test_on_policy_trainer_same_with_observe_once():
     fa, sl = jax.tree.leaves(out["fast"]), jax.tree.leaves(out["slow"])
     for x, y in zip(fa, sl, strict=True):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
+
+
+def test_reset_mode_option():
+    """`reset_mode` forces either auto-reset; both give the same steps; bad values fail."""
+    env, params = jaxdrive.make("CartPole-v1", max_episode_steps=3)
+    policy = jaxdrive.random_policy(env)
+    out = {}
+    for mode in ("select", "cond"):
+        venv = jaxdrive.vectorize(env, 5, reset_mode=mode)
+        state, ts = venv.reset(jax.random.key(0), params)
+        trace = []
+        for i in range(7):
+            k = jax.random.key(10 + i)
+            state, ts = venv.step(k, state, policy(k, ts.obs), params)
+            trace.append(ts)
+        out[mode] = trace
+    assert int(np.sum([np.asarray(t.done) for t in out["cond"]])) > 0
+    _assert_trees_equal(out["select"], out["cond"])
+    with pytest.raises(ValueError, match="reset_mode"):
+        jaxdrive.vectorize(env, 5, reset_mode="never")
+    with pytest.raises(ValueError, match="observations"):
+        jaxdrive.vectorize(HideObservations(env), 5, reset_mode="select")
+    with pytest.raises(ValueError, match="keep_final_obs"):
+        jaxdrive.vectorize(env, 5, reset_mode="select", keep_final_obs=True)

@@ -75,6 +75,10 @@ POLICY_DEFAULTS: dict[str, Any] = {
     "shared_torso": False,  # one MLP for actor and critic (WarpDrive's layout)
     "action_head": "gaussian",  # Box actions: "gaussian" (clipped) or "tanh_gaussian"
     "log_std_init": 0.0,  # initial log-std of the Gaussian heads
+    # on-policy trainers: zero-pad flat observations to a multiple of this many features
+    # (4 float32 = 16 bytes: aligned GEMMs; parameters and results unchanged, see
+    # algorithms.common.on_policy; 1 turns it off)
+    "input_pad_multiple": 4,
 }
 
 

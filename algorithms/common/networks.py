@@ -55,11 +55,13 @@ __all__ = [
     "DeterministicActor",
     "DiagGaussian",
     "MultiCategorical",
+    "PaddedInputDense",
     "QNetwork",
     "TanhGaussian",
     "ValueNetwork",
     "activation_fn",
     "flat_obs_size",
+    "padded_size",
 ]
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -94,6 +96,14 @@ def flat_obs_size(space: Space) -> int:
 # ----------------------------------------------------------------------------------------
 # Distributions
 # ----------------------------------------------------------------------------------------
+def _pick(lp: jax.Array, x: jax.Array) -> jax.Array:
+    """``lp[..., x]``: ``lp [..., K]``, ``x [...]`` ints -> ``[...]`` (0 for x outside
+    ``[0, K)``). A one-hot select-and-sum, exactly the gather's value, whose gradient is
+    elementwise instead of a scatter-add over the batch."""
+    hit = x[..., None].astype(jnp.int32) == jnp.arange(lp.shape[-1], dtype=jnp.int32)
+    return jnp.sum(jnp.where(hit, lp, 0.0), axis=-1)
+
+
 @struct.dataclass
 class Categorical:
     """One categorical per batch element over ``K`` classes."""
@@ -109,8 +119,7 @@ class Categorical:
 
     def log_prob(self, x: jax.Array) -> jax.Array:
         """``log p(x)`` for ``x: [...]`` ints; returns ``[...]``."""
-        lp = self._log_probs()
-        return jnp.take_along_axis(lp, x[..., None].astype(jnp.int32), axis=-1)[..., 0]
+        return _pick(self._log_probs(), x)
 
     def entropy(self) -> jax.Array:
         """``[...]`` entropy in nats."""
@@ -143,9 +152,7 @@ class MultiCategorical:
 
     def log_prob(self, x: jax.Array) -> jax.Array:
         """``sum_d log p_d(x_d)`` for ``x: [..., D]``; returns ``[...]``."""
-        lp = self._log_probs()
-        per_dim = jnp.take_along_axis(lp, x[..., None].astype(jnp.int32), axis=-1)[..., 0]
-        return jnp.sum(per_dim, axis=-1)
+        return jnp.sum(_pick(self._log_probs(), x), axis=-1)
 
     def entropy(self) -> jax.Array:
         """``[...]``: the sum of the ``D`` entropies."""
@@ -326,6 +333,9 @@ class ActionHead(nn.Module):
             return Categorical(out)
         if spec.kind == "multi_discrete":
             kmax = max(spec.sizes)
+            if all(n == kmax for n in spec.sizes):
+                # Same as the slices below, without their gradients' pads [..., D·K].
+                return MultiCategorical(out.reshape(*out.shape[:-1], len(spec.sizes), kmax))
             chunks, start = [], 0
             for n in spec.sizes:
                 c = out[..., start : start + n]
@@ -347,26 +357,68 @@ class ActionHead(nn.Module):
 # ----------------------------------------------------------------------------------------
 # Networks
 # ----------------------------------------------------------------------------------------
+class PaddedInputDense(nn.Module):
+    """``nn.Dense`` whose input may carry zero padding: ``[..., I_pad] -> [..., H]``.
+
+    Its parameters are those of ``nn.Dense(features)`` on ``[..., in_features]`` inputs
+    (``kernel [in_features, H]``, ``bias [H]``, the same init), so checkpoints do not
+    depend on the padding. Inputs with ``I_pad > in_features`` columns are multiplied by
+    the kernel padded with ``I_pad − in_features`` zero rows: the trailing input columns
+    are ignored and their (sliced-off) kernel rows get no gradient, while the GEMM sees
+    an aligned contraction size. ``I_pad == in_features`` is a plain ``nn.Dense``.
+    """
+
+    features: int
+    in_features: int
+    kernel_init: Callable[..., jax.Array] = nn.initializers.lecun_normal()
+    bias_init: Callable[..., jax.Array] = nn.initializers.zeros
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        width = x.shape[-1]
+        if width < self.in_features:
+            raise ValueError(
+                f"input has {width} features, fewer than the layer's in_features={self.in_features}"
+            )
+        kernel = self.param("kernel", self.kernel_init, (self.in_features, self.features))
+        bias = self.param("bias", self.bias_init, (self.features,))
+        if width > self.in_features:
+            kernel = jnp.pad(kernel, ((0, width - self.in_features), (0, 0)))
+        y = jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
+        return y + bias
+
+
+def padded_size(n: int, multiple: int) -> int:
+    """``n`` rounded up to a multiple of ``multiple`` (>= 1)."""
+    return -(-int(n) // int(multiple)) * int(multiple)
+
+
 class MLP(nn.Module):
     """Dense layers ``hidden_sizes`` with ``activation`` after each: ``[..., I] -> [..., H]``.
 
-    Orthogonal kernel init with gain ``sqrt(2)``, zero biases.
+    Orthogonal kernel init with gain ``sqrt(2)``, zero biases. With ``in_features`` set,
+    the first layer is a `PaddedInputDense`: inputs ``[..., I_pad]`` may have zero columns
+    after the first ``in_features`` (parameters as for ``[..., in_features]`` inputs).
     """
 
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
+    in_features: int | None = None
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         act = activation_fn(self.activation)
         x = x.astype(jnp.float32)
         for i, h in enumerate(self.hidden_sizes):
-            x = nn.Dense(
-                int(h),
+            kw = dict(
                 kernel_init=nn.initializers.orthogonal(math.sqrt(2.0)),
                 bias_init=nn.initializers.zeros,
                 name=f"dense_{i}",
-            )(x)
+            )
+            if i == 0 and self.in_features is not None:
+                x = PaddedInputDense(int(h), int(self.in_features), **kw)(x)
+            else:
+                x = nn.Dense(int(h), **kw)(x)
             x = act(x)
         return x
 
@@ -431,19 +483,27 @@ class ActorCritic(nn.Module):
     ``policy(obs)`` and ``value(obs, critic_obs)`` compute one half each (use
     ``apply(..., method="policy")``). Separate actor and critic torsos unless
     ``shared_torso``.
+
+    ``obs_features`` (the real observation size ``O``) lets ``obs`` arrive zero-padded to
+    ``[..., O_pad]`` (e.g. ``O = 71`` padded to 72 so GEMMs on it are 16-byte aligned):
+    the first layers' kernels stay ``[O, H]`` (see `PaddedInputDense`), so parameters,
+    outputs and gradients equal those of the unpadded network. ``critic_features`` does
+    the same for the critic torso (``None`` when it reads an unpadded ``critic_obs``).
     """
 
     spec: ActionSpec
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
     shared_torso: bool = False
+    obs_features: int | None = None
+    critic_features: int | None = None
 
     def setup(self) -> None:
         if self.shared_torso:
-            self.torso = MLP(self.hidden_sizes, self.activation)
+            self.torso = MLP(self.hidden_sizes, self.activation, self.obs_features)
         else:
-            self.actor_torso = MLP(self.hidden_sizes, self.activation)
-            self.critic_torso = MLP(self.hidden_sizes, self.activation)
+            self.actor_torso = MLP(self.hidden_sizes, self.activation, self.obs_features)
+            self.critic_torso = MLP(self.hidden_sizes, self.activation, self.critic_features)
         self.actor_head = ActionHead(self.spec)
         self.value_head = nn.Dense(
             1, kernel_init=nn.initializers.orthogonal(1.0), bias_init=nn.initializers.zeros

@@ -18,6 +18,14 @@ whole iteration, pure and jittable:
 
 Observation normalisation (``normalize_obs``) keeps per-policy running statistics,
 used unchanged for a whole iteration (rollout and learning) and updated at its end.
+
+**Input padding** (``input_pad_multiple`` = m, per policy): flat observations ``[.., O]``
+are zero-padded to ``O_pad`` = O rounded up to a multiple of m where the rollout builds
+them (XLA fuses the pad into the observation's producer), and the trajectory stores
+them padded, so the learning step's big GEMMs on ``[T·N·A_p, O_pad]`` need no pad of
+their own and get 16-byte aligned operands (m = 8 turns Tag's O = 71 into 72). The
+networks' first kernels stay ``[O, H]`` (`networks.PaddedInputDense`) and normalisation
+statistics stay ``[O]``: parameters, checkpoints and results do not depend on m.
 A centralised critic (``centralized_critic``, MAPPO) reads
 ``concat(global_state, own normalised obs)``: the env's ``global_state`` broadcast to
 every agent of the policy, then the agent's own observation (which identifies it).
@@ -63,7 +71,13 @@ from algorithms.common.config import (
 )
 from algorithms.common.gae import bootstrap_values, gae_advantages
 from algorithms.common.multi_policy import PolicyMap
-from algorithms.common.networks import ActionSpec, ActorCritic, activation_fn, flat_obs_size
+from algorithms.common.networks import (
+    ActionSpec,
+    ActorCritic,
+    activation_fn,
+    flat_obs_size,
+    padded_size,
+)
 from algorithms.common.normalization import RunningMeanStd
 from algorithms.common.schedules import SCHEDULES, make_schedule
 from jaxdrive.distributed import (
@@ -166,6 +180,7 @@ def _check_hparams(
         raise ValueError(f"{where}: hidden_sizes must list at least one layer size")
     if hp["centralized_critic"] and hp["shared_torso"]:
         raise ValueError(f"{where}: shared_torso cannot be combined with centralized_critic")
+    _check_positive_int(hp, "input_pad_multiple", where)
     if not fixed_steps:
         epochs = _check_positive_int(hp, "num_epochs", where)
         mbs = _check_positive_int(hp, "num_minibatches", where)
@@ -228,14 +243,15 @@ def make_on_policy_trainer(
     stats_env = jaxdrive.wrappers.EpisodeStats(env)
     # Envs with `observations` (Tag) reset the state and build observations once per step;
     # the final observation is then rebuilt from the final state only when needed.
-    fast_reset = stats_env.has_observations
+    fast_reset = stats_env.reset_by_select
     venv = jaxdrive.vectorize(stats_env, N, auto_reset=True, keep_final_obs=not fast_reset)
 
     # ---- static per-policy setup -------------------------------------------------------
     nets: dict[str, ActorCritic] = {}
     txs: dict[str, optax.GradientTransformation] = {}
     action_specs: dict[str, ActionSpec] = {}
-    obs_sizes: dict[str, int] = {}
+    obs_sizes: dict[str, int] = {}  # O: flat observation size
+    in_sizes: dict[str, int] = {}  # O_pad: O padded to a multiple of input_pad_multiple
     epochs: dict[str, int] = {}
     minibatches: dict[str, int] = {}
     for p, s in specs.items():
@@ -245,8 +261,15 @@ def make_on_policy_trainer(
         epochs[p] = 1 if single_step else int(hp["num_epochs"])
         minibatches[p] = 1 if single_step else int(hp["num_minibatches"])
         obs_sizes[p] = flat_obs_size(s.obs_space)
+        in_sizes[p] = padded_size(obs_sizes[p], int(hp["input_pad_multiple"]))
+        padded = in_sizes[p] > obs_sizes[p]
         nets[p] = ActorCritic(
-            action_specs[p], s.hp["hidden_sizes"], s.hp["activation"], bool(s.hp["shared_torso"])
+            action_specs[p],
+            hp["hidden_sizes"],
+            hp["activation"],
+            bool(hp["shared_torso"]),
+            obs_features=obs_sizes[p] if padded else None,
+            critic_features=obs_sizes[p] if padded and not hp["centralized_critic"] else None,
         )
         lr = make_schedule(
             hp["lr_schedule"], float(hp["lr"]), 0.0, n_iter * epochs[p] * minibatches[p]
@@ -327,15 +350,36 @@ def make_on_policy_trainer(
         return state, ts, lambda: ts.extras["final_obs"]
 
     def flat_obs(p: str, obs: jax.Array, lead: int) -> jax.Array:
-        """``[*lead_dims, *O] -> [*lead_dims, O_flat]`` float32."""
-        return obs.reshape(*obs.shape[:lead], obs_sizes[p]).astype(jnp.float32)
+        """``[*lead_dims, *O] -> [*lead_dims, O_pad]`` float32, zero-padded features."""
+        x = obs.reshape(*obs.shape[:lead], obs_sizes[p]).astype(jnp.float32)
+        if in_sizes[p] > obs_sizes[p]:
+            x = jnp.pad(x, [(0, 0)] * lead + [(0, in_sizes[p] - obs_sizes[p])])
+        return x
+
+    def padded_norm(p: str, rms: RunningMeanStd) -> RunningMeanStd:
+        """``rms`` ``[O]`` extended to ``[O_pad]`` (mean 0, var 1: padding stays zero)."""
+        extra = in_sizes[p] - obs_sizes[p]
+        if not extra:
+            return rms
+        return RunningMeanStd(
+            mean=jnp.pad(rms.mean, (0, extra)),
+            var=jnp.pad(rms.var, (0, extra), constant_values=1.0),
+            count=rms.count,
+        )
+
+    def normalize(p: str, rms: RunningMeanStd, x: jax.Array) -> jax.Array:
+        """``x [..., O_pad]`` normalised if the policy asks (padding stays zero)."""
+        return padded_norm(p, rms).normalize(x) if specs[p].hp["normalize_obs"] else x
+
+    def critic_input(p: str, gs: jax.Array, x: jax.Array) -> jax.Array:
+        """``concat(gs, x without its padding)``: ``[..., D + O]``."""
+        return jnp.concatenate([gs, x[..., : obs_sizes[p]]], -1)
 
     def inputs(p: str, ps: PolicyState, obs: jax.Array, gs: jax.Array | None):
-        """Network inputs of policy ``p``: obs ``[..., O]`` (flat), gs ``[..., D]`` per row."""
-        x = ps.obs_norm.normalize(obs) if specs[p].hp["normalize_obs"] else obs
+        """Network inputs of policy ``p``: obs ``[..., O_pad]`` (flat), gs ``[..., D]``."""
+        x = normalize(p, ps.obs_norm, obs)
         if specs[p].hp["centralized_critic"]:
-            c = jnp.concatenate([jnp.broadcast_to(gs, (*x.shape[:-1], gs.shape[-1])), x], -1)
-            return x, c
+            return x, critic_input(p, jnp.broadcast_to(gs, (*x.shape[:-1], gs.shape[-1])), x)
         return x, None
 
     # ---- init --------------------------------------------------------------------------
@@ -347,7 +391,7 @@ def make_on_policy_trainer(
         env_state, ts = venv.reset(k_env, env_params)
         pols = {}
         for p, k in zip(names, k_pol, strict=True):
-            x = jnp.zeros((1, obs_sizes[p]), jnp.float32)
+            x = jnp.zeros((1, in_sizes[p]), jnp.float32)
             c = (
                 jnp.zeros((1, gs_size + obs_sizes[p]))
                 if specs[p].hp["centralized_critic"]
@@ -483,7 +527,7 @@ def make_on_policy_trainer(
             reward, value, next_values, ends, hp["gamma"], hp["gae_lambda"]
         )
         batch = {
-            "obs": tr["obs"].reshape(M, obs_sizes[p]),
+            "obs": tr["obs"].reshape(M, in_sizes[p]),
             "action": tr["action"].reshape(M, *tr["action"].shape[3:]),
             "old_logp": tr["logp"].reshape(M),
             "old_value": value.reshape(M),
@@ -503,10 +547,8 @@ def make_on_policy_trainer(
             return num / jnp.maximum(maybe_psum(jnp.sum(m), axis), 1.0)
 
         def loss(params, mb):
-            x = obs_norm.normalize(mb["obs"]) if hp["normalize_obs"] else mb["obs"]
-            c = None
-            if hp["centralized_critic"]:
-                c = jnp.concatenate([gs_all[mb["row"]], x], axis=-1)
+            x = normalize(p, obs_norm, mb["obs"])
+            c = critic_input(p, gs_all[mb["row"]], x) if hp["centralized_critic"] else None
             dist, v = net.apply(params, x, c)
             logp = dist.log_prob(mb["action"])
             ent = dist.entropy()
@@ -576,7 +618,9 @@ def make_on_policy_trainer(
         ).astype(jnp.float32)
         metrics[f"loss/{p}/ent_coef"] = jnp.asarray(ent_coef, jnp.float32)
         if hp["normalize_obs"]:
-            obs_norm = _rms_update(obs_norm, batch["obs"], mask, axis)
+            upd = _rms_update(padded_norm(p, obs_norm), batch["obs"], mask, axis)
+            O = obs_sizes[p]
+            obs_norm = RunningMeanStd(mean=upd.mean[:O], var=upd.var[:O], count=upd.count)
         new_ps = PolicyState(
             params=params,
             opt_state=opt_state,

@@ -50,6 +50,9 @@ flags.DEFINE_list(
     ["weak", "strong"],
     "scaling suite: weak (fixed envs per device) and/or strong (fixed global batch)",
 )
+flags.DEFINE_enum(
+    "reset_mode", "auto", ["auto", "select", "cond"], "auto-reset of the classic suite"
+)
 flags.DEFINE_list(
     "learning_runs",
     ["ppo_cartpole", "ppo_acrobot", "ddpg_pendulum", "ppo_tag"],
@@ -115,7 +118,9 @@ def make_tag(taggers: int, runners: int, full: bool, k: int, impl: str):
     return jaxdrive.make("tag_continuous", **kw)
 
 
-def run_suite(suite: str, num_steps: int, repeats: int, impls: list[str]) -> list[dict[str, Any]]:
+def run_suite(
+    suite: str, num_steps: int, repeats: int, impls: list[str], reset_mode: str = "auto"
+) -> list[dict[str, Any]]:
     """Runs one suite; returns its records (also used by the tests at tiny sizes)."""
     import jaxdrive
     from experiments.benchmarks.timing import device_info, time_env_steps
@@ -139,7 +144,11 @@ def run_suite(suite: str, num_steps: int, repeats: int, impls: list[str]) -> lis
             print(_row(rec), flush=True)
     for n in CLASSIC_SIZES.get(suite, []):
         env, params = jaxdrive.make("CartPole-v1")
-        rec = time_env_steps(env, params, n, num_steps if suite != "classic" else 1000, repeats)
+        rec = time_env_steps(
+            env, params, n, num_steps if suite != "classic" else 1000, repeats,
+            reset_mode=reset_mode,
+        )  # fmt: skip
+        rec["reset_mode"] = reset_mode
         rec.update(bench="cartpole_env", impl="jax", **info)
         records.append(rec)
         print(_row(rec), flush=True)
@@ -410,7 +419,7 @@ def compare(records: list[dict[str, Any]], anchors: list[dict[str, Any]]) -> lis
 def main(argv: list[str]) -> None:
     del argv
     impls = [s for s in FLAGS.impls.split(",") if s]
-    records = run_suite(FLAGS.suite, FLAGS.num_steps, FLAGS.repeats, impls)
+    records = run_suite(FLAGS.suite, FLAGS.num_steps, FLAGS.repeats, impls, FLAGS.reset_mode)
     import jax
 
     for precision in FLAGS.matmul_precision.split(",") if FLAGS.matmul_precision else [""]:

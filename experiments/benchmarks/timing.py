@@ -95,12 +95,13 @@ def time_env_steps(
     seed: int = 0,
     profile_dir: str | None = None,
     auto_reset: bool = True,
+    reset_mode: str = "auto",
 ) -> dict[str, Any]:
     """Times env-only stepping (see the module docstring); returns a result record.
 
     With ``profile_dir``, one extra call (after the timed ones) is traced there;
     ``auto_reset=False`` times the step without the batch's reset check."""
-    venv = jaxdrive.vectorize(env, num_envs, auto_reset=auto_reset)
+    venv = jaxdrive.vectorize(env, num_envs, auto_reset=auto_reset, reset_mode=reset_mode)
     policy = jaxdrive.random_policy(env)
 
     @jax.jit

@@ -61,3 +61,25 @@ def test_a2c_rejects_ppo_keys():
     c.algo.gae_lambda = 1.5
     with pytest.raises(ValueError, match=r"gae_lambda must lie in \[0, 1\]"):
         make_train(c)
+
+
+def test_a2c_input_padding_does_not_change_results():
+    """``input_pad_multiple`` 8 (tiny Tag obs 15 -> 16, normalised obs) trains the same
+    parameters, statistics and metrics as 1, up to float rounding."""
+    out = []
+    for m in (1, 8):
+        c = tag_continuous.get_config("tiny,a2c")
+        c.algo.normalize_obs = True
+        c.total_env_steps = 2 * c.num_envs * c.num_steps
+        for p in c.policies.keys():
+            c.policies[p].input_pad_multiple = m
+        trainer = make_train(c)
+        rs, met = jax.jit(trainer, compiler_options=FAST)(jax.random.PRNGKey(0))
+        out.append(jax.device_get((rs.policies, met)))
+    assert out[0][0]["runner"].obs_norm.mean.shape == (15,)
+    for a, b in zip(jax.tree.leaves(out[0]), jax.tree.leaves(out[1]), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    c = tag_continuous.get_config("tiny,a2c")
+    c.policies.runner.input_pad_multiple = 0
+    with pytest.raises(ValueError, match="input_pad_multiple must be a positive integer"):
+        make_train(c)

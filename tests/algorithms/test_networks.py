@@ -87,6 +87,65 @@ def test_shared_torso():
         jax.eval_shape(lambda p: net.apply(p, jnp.zeros((2, 4)), jnp.zeros((2, 5))), params)
 
 
+@pytest.mark.parametrize("shared", [False, True])
+def test_padded_input_matches_unpadded(shared):
+    """Obs zero-padded 7 -> 8 with ``obs_features=7``: same parameter shapes and init,
+    same outputs and the same gradients as the plain network on the unpadded obs."""
+    spec = ActionSpec.from_space(MultiDiscrete([3, 3]))  # equal sizes: the reshape head
+    plain = ActorCritic(spec, (16, 8), "relu", shared_torso=shared)
+    padded = ActorCritic(
+        spec, (16, 8), "relu", shared_torso=shared, obs_features=7, critic_features=7
+    )
+    obs = jax.random.normal(jax.random.key(1), (4, 5, 7))
+    obs_pad = jnp.pad(obs, ((0, 0), (0, 0), (0, 1)))
+    act = jax.random.randint(jax.random.key(2), (4, 5, 2), 0, 3)
+
+    def loss(net, params, x):
+        dist, v = net.apply(params, x)
+        return jnp.sum(dist.log_prob(act) * v) + jnp.sum(dist.entropy()), (dist.logits, v)
+
+    @jit
+    def run(key):
+        p0 = plain.init(key, obs)
+        p1 = padded.init(key, obs_pad)
+        g0 = jax.grad(lambda p: loss(plain, p, obs), has_aux=True)(p0)
+        g1 = jax.grad(lambda p: loss(padded, p, obs_pad), has_aux=True)(p0)
+        return p0, p1, g0, g1, padded.apply(p0, obs)[1]  # unpadded input works too
+
+    p0, p1, (g0, out0), (g1, out1), v_unpadded = run(jax.random.key(0))
+    jax.tree.map(np.testing.assert_array_equal, p0, p1)  # same shapes and values
+    torso = "torso" if shared else "actor_torso"
+    assert p1["params"][torso]["dense_0"]["kernel"].shape == (7, 16)
+    for a, b in zip(jax.tree.leaves((out0, g0)), jax.tree.leaves((out1, g1)), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(v_unpadded), np.asarray(out0[1]), rtol=1e-6)
+    with pytest.raises(ValueError, match="fewer than the layer's in_features=7"):
+        jax.eval_shape(lambda p: padded.apply(p, obs[..., :6]), p0)
+
+
+def test_multi_categorical_equal_sizes_against_numpy():
+    spec = ActionSpec.from_space(MultiDiscrete([4, 4]))
+    net = ActorCritic(spec, (8,))
+    obs = jax.random.normal(jax.random.key(0), (6, 3))
+    params = jit(net.init)(jax.random.key(1), obs)
+    dist = net.apply(params, obs, method="policy")
+    assert dist.logits.shape == (6, 2, 4)
+    out = np.asarray(_head_output(params, obs), np.float64)  # [6, 8]: dims at 0:4 and 4:8
+    np.testing.assert_allclose(np.asarray(dist.logits), out.reshape(6, 2, 4), rtol=1e-6)
+    x = np.array([[0, 3], [1, 2], [2, 1], [3, 0], [0, 0], [3, 3]])
+    lp = np_log_softmax(out.reshape(6, 2, 4))
+    want = lp[np.arange(6), 0, x[:, 0]] + lp[np.arange(6), 1, x[:, 1]]
+    np.testing.assert_allclose(np.asarray(dist.log_prob(jnp.asarray(x))), want, rtol=1e-5)
+
+
+def _head_output(params, obs):
+    p = params["params"]
+    dense = p["actor_torso"]["dense_0"]
+    h = jnp.tanh(obs @ dense["kernel"] + dense["bias"])
+    head = p["actor_head"]["logits"]
+    return h @ head["kernel"] + head["bias"]
+
+
 def test_categorical_against_numpy():
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(6, 5)).astype(np.float32)
