@@ -20,7 +20,8 @@ Presets (``--config=experiments/configs/tag_continuous.py:tiny``, comma-separate
 ``cpu`` (3 taggers + 12 runners on WarpDrive's 20×20 square, 100-step episodes, 64×64 nets: the
 README's main command, a few minutes on a CPU),
 ``a2c`` (WarpDrive's A2C), ``mappo`` (a centralised critic on the global state),
-``full_obs`` (full instead of partial observation).
+``full_obs`` (full instead of partial observation), ``advnorm`` (normalised advantages
+and entropy coefficient 0.01: the best Tag learner measured so far, see the README).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import ml_collections
 
 from algorithms.common.config import default_run_config, drop_ppo_only_keys, parse_presets
 
-PRESETS = ("tiny", "cpu", "a2c", "mappo", "full_obs")
+PRESETS = ("tiny", "cpu", "a2c", "mappo", "full_obs", "advnorm")
 
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
@@ -139,6 +140,12 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         c.env_kwargs.use_full_observation = True
     if "mappo" in presets:
         c.algo.centralized_critic = True
+    if "advnorm" in presets:
+        # The best Tag learner found so far (H200, 1000 envs × 100 steps, PPO, 4e7 env
+        # steps: runners tagged by trained / random taggers 78.3 / 38.0 = 2.06×; the
+        # WarpDrive numbers give 1.17× at 1e7): normalised advantages, entropy 0.01.
+        c.algo.normalize_advantages = True
+        c.algo.ent_coef = 0.01
     if "a2c" in presets:
         drop_ppo_only_keys(c)
         c.algo.gae_lambda = 1.0

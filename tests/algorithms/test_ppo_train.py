@@ -381,3 +381,6 @@ def test_config_presets():
     assert c.num_envs * c.num_steps == 25000
     a2c = tag_continuous.get_config("tiny,a2c")
     assert a2c.algorithm == "a2c" and "clip_eps" not in a2c.algo
+    adv = tag_continuous.get_config("advnorm")
+    assert adv.algo.normalize_advantages and adv.algo.ent_coef == 0.01
+    assert not c.algo.normalize_advantages and c.algo.ent_coef == 0.05  # WarpDrive's
