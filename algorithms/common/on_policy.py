@@ -97,6 +97,8 @@ __all__ = [
     "RunnerState",
     "make_on_policy_trainer",
     "masked_mean",
+    "pad_minibatch_rows",
+    "row_multiple",
 ]
 
 #: ``loss_fn(logp, entropy, value, mb, hp, ent_coef) -> (loss, aux)``: ``logp``,
@@ -104,6 +106,29 @@ __all__ = [
 #: ``advantage`` (already normalised if asked), ``target``, ``mask``) are ``[M]``;
 #: ``aux`` must hold float32 scalars ``policy``, ``value``, ``entropy`` (more allowed).
 LossFn = Callable[..., tuple[jax.Array, dict[str, jax.Array]]]
+
+
+def row_multiple(rows: int) -> int:
+    """The row count a learning minibatch of ``rows`` samples is padded to a multiple of:
+    the largest power of two ≤ ``rows / 64``, at most 4096 (≤ 1.6% extra rows).
+
+    Measured on an H200 (Tag A2C, 2.5M rows): GEMMs whose row count has a large power of
+    two factor run without XLA's activation pads, 427K → 482K env steps/s."""
+    m = 1
+    while m * 2 <= min(4096, rows // 64):
+        m *= 2
+    return m
+
+
+def pad_minibatch_rows(mbs: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """Pads ``{k: [n_mb, rows, ...]}`` with masked-out zero rows (``mask`` False) up to a
+    multiple of `row_multiple` ``(rows)``; every loss term is a masked mean, so the
+    update is unchanged."""
+    rows = mbs["mask"].shape[1]
+    extra = -rows % row_multiple(rows)
+    if extra == 0:
+        return mbs
+    return {k: jnp.pad(x, [(0, 0), (0, extra)] + [(0, 0)] * (x.ndim - 2)) for k, x in mbs.items()}
 
 
 def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
@@ -603,7 +628,7 @@ def make_on_policy_trainer(
                     return jnp.moveaxis(x, 1, 0).reshape(n_mb, NL * (S // n_mb), *x.shape[3:])
 
                 mbs = jax.tree.map(split, batch)
-            return jax.lax.scan(mb_step, carry, mbs)
+            return jax.lax.scan(mb_step, carry, pad_minibatch_rows(mbs))
 
         (params, opt_state), aux = jax.lax.scan(
             epoch, (ps.params, ps.opt_state), jax.random.split(key, n_ep)

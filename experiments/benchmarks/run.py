@@ -6,6 +6,7 @@ Suites:
   classic  CartPole env-only stepping at 1e3..1e6 envs (gymnax's scheme).
   train    end-to-end training throughput: Tag 1000 envs × (10+100) (A2C as WarpDrive
            runs it, then PPO), CartPole 10,000 envs (A2C, fc 32×32).
+  train_shapes  Tag training at 1000 vs 1024 envs (GEMM row counts; see NOTES.md).
   learning the learning targets: PPO CartPole (8 vmapped seeds), PPO Acrobot, DDPG
            Pendulum, PPO Tag (the ``advnorm`` preset, 6.5e7 env steps; trained vs random taggers).
   quick    tiny sizes of the env and train suites, for CPUs and the test suite.
@@ -30,9 +31,11 @@ from typing import Any
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string(
-    "suite", "quick", "env | env_big | classic | train | learning | quick | scaling"
-)
+SUITES = (
+    "quick", "env", "env_big", "classic", "train", "train_shapes", "learning", "tag_sweep",
+    "scaling",
+)  # fmt: skip
+flags.DEFINE_enum("suite", "quick", SUITES, "which benchmark suite to run")
 flags.DEFINE_string("out", "experiments/benchmarks/results/results.jsonl", "JSON-lines output")
 flags.DEFINE_string("impls", "jax,pallas", "Tag neighbour-search paths to time")
 flags.DEFINE_integer("num_steps", 100, "steps per timed call")
@@ -168,6 +171,14 @@ TRAIN_CONFIGS = {
             "a2c",
             {"num_envs": 10_000, "num_steps": 500, "policies.agent.hidden_sizes": (32, 32)},
         ),
+    ],
+    # GEMM row counts: 1000 envs × 25 steps × 100 runners = 2.5M rows (divisible by 32
+    # only); 1024 envs give 2.56M = 2¹² · 625 rows.
+    "train_shapes": [
+        ("tag_a2c", "tag_continuous", "a2c", {"num_envs": 1000, "num_steps": 25}),
+        ("tag_a2c_1024", "tag_continuous", "a2c", {"num_envs": 1024, "num_steps": 25}),
+        ("tag_ppo_1024", "tag_continuous", "", {"num_envs": 1024, "num_steps": 25}),
+        ("tag_a2c_1024x32", "tag_continuous", "a2c", {"num_envs": 1024, "num_steps": 32}),
     ],
     "quick": [
         ("tag_ppo_tiny", "tag_continuous", "tiny", {}),
