@@ -26,6 +26,10 @@ them padded, so the learning step's big GEMMs on ``[T·N·A_p, O_pad]`` need no 
 their own and get 16-byte aligned operands (m = 8 turns Tag's O = 71 into 72). The
 networks' first kernels stay ``[O, H]`` (`networks.PaddedInputDense`) and normalisation
 statistics stay ``[O]``: parameters, checkpoints and results do not depend on m.
+**Row padding**: each learning minibatch gets masked-out zero rows up to a multiple of
+`row_multiple` (a power of two, ≤ 1.6% more rows), so GEMM row counts have a large
+power-of-two factor (XLA otherwise pads the activations); every loss term is a masked
+mean, so the update is unchanged.
 A centralised critic (``centralized_critic``, MAPPO) reads
 ``concat(global_state, own normalised obs)``: the env's ``global_state`` broadcast to
 every agent of the policy, then the agent's own observation (which identifies it).
