@@ -14,6 +14,7 @@ observation), ``tag_big`` (2000 envs × (5+995), k = 10), ``tag_a2c`` and ``tag_
 
 from __future__ import annotations
 
+import ast
 import collections
 import glob
 import os
@@ -31,6 +32,12 @@ flags.DEFINE_bool("tiny", False, "tiny sizes (CPU check)")
 flags.DEFINE_string("trace_dir", "", "where traces go (default: a temporary folder)")
 flags.DEFINE_bool("auto_reset", True, "env-only targets: auto-reset finished envs")
 flags.DEFINE_string("impl", "auto", "Tag neighbour search: auto | jax | pallas")
+flags.DEFINE_multi_string(
+    "override",
+    [],
+    "training targets: a dotted config key and a Python literal, e.g. "
+    "--override=policies.tagger.shared_torso=True (repeatable)",
+)
 
 TARGETS = ("tag_k10", "tag_full", "tag_big", "tag_a2c", "tag_ppo", "cartpole_a2c")
 
@@ -121,6 +128,15 @@ def _run_target(name: str, tiny: bool, trace_dir: str) -> dict[str, Any]:
         config.policies.agent.hidden_sizes = (32, 32)
     else:
         raise ValueError(f"unknown profile target {name!r}; targets: {', '.join(TARGETS)}")
+    for item in FLAGS.override:
+        dotted, sep, literal = item.partition("=")
+        if not sep:
+            raise ValueError(f"--override wants key=value, got {item!r}")
+        node = config
+        *path, last = dotted.split(".")
+        for part in path:
+            node = node[part]
+        node[last] = ast.literal_eval(literal)
     iters = 1 if tiny else 3
     config.total_env_steps = config.num_envs * config.num_steps * iters * 10
     return time_training(config, iterations=iters, repeats=2, profile_dir=trace_dir)

@@ -7,6 +7,8 @@ Suites:
   train    end-to-end training throughput: Tag 1000 envs × (10+100) (A2C as WarpDrive
            runs it, then PPO), CartPole 10,000 envs (A2C, fc 32×32).
   train_shapes  Tag training at 1000 vs 1024 envs (GEMM row counts; see NOTES.md).
+  train_layout  Tag A2C and PPO with a torso each for actor and critic vs one shared
+           torso (WarpDrive's FullyConnected layout).
   learning the learning targets: PPO CartPole (8 vmapped seeds), PPO Acrobot, DDPG
            Pendulum, PPO Tag (the ``advnorm`` preset, 6.5e7 env steps; trained vs random taggers).
   quick    tiny sizes of the env and train suites, for CPUs and the test suite.
@@ -32,8 +34,8 @@ from absl import app, flags
 
 FLAGS = flags.FLAGS
 SUITES = (
-    "quick", "env", "env_big", "classic", "train", "train_shapes", "learning", "tag_sweep",
-    "scaling",
+    "quick", "env", "env_big", "classic", "train", "train_shapes", "train_layout", "learning",
+    "tag_sweep", "scaling",
 )  # fmt: skip
 flags.DEFINE_enum("suite", "quick", SUITES, "which benchmark suite to run")
 flags.DEFINE_string("out", "experiments/benchmarks/results/results.jsonl", "JSON-lines output")
@@ -160,6 +162,8 @@ def run_suite(
     return records
 
 
+_SHARED = {"policies.tagger.shared_torso": True, "policies.runner.shared_torso": True}
+
 # (name, config file, preset, overrides)
 TRAIN_CONFIGS = {
     "train": [
@@ -179,6 +183,14 @@ TRAIN_CONFIGS = {
         ("tag_a2c_1024", "tag_continuous", "a2c", {"num_envs": 1024, "num_steps": 25}),
         ("tag_ppo_1024", "tag_continuous", "", {"num_envs": 1024, "num_steps": 25}),
         ("tag_a2c_1024x32", "tag_continuous", "a2c", {"num_envs": 1024, "num_steps": 32}),
+    ],
+    # WarpDrive's FullyConnected shares one 256×256 torso between the policy heads and
+    # the value head; jaxdrive's default gives actor and critic a torso each.
+    "train_layout": [
+        ("tag_a2c", "tag_continuous", "a2c", {"num_envs": 1000, "num_steps": 25}),
+        ("tag_a2c_shared", "tag_continuous", "a2c", {"num_envs": 1000, "num_steps": 25, **_SHARED}),
+        ("tag_ppo", "tag_continuous", "", {"num_envs": 1000, "num_steps": 25}),
+        ("tag_ppo_shared", "tag_continuous", "", {"num_envs": 1000, "num_steps": 25, **_SHARED}),
     ],
     "quick": [
         ("tag_ppo_tiny", "tag_continuous", "tiny", {}),
