@@ -37,6 +37,7 @@ from jaxdrive.spaces import Space
 from jaxdrive.training import check_config_keys
 
 __all__ = [
+    "COMPUTE_DTYPES",
     "POLICY_DEFAULTS",
     "TOP_LEVEL_KEYS",
     "PolicySpec",
@@ -79,7 +80,13 @@ POLICY_DEFAULTS: dict[str, Any] = {
     # (4 float32 = 16 bytes: aligned GEMMs; parameters and results unchanged, see
     # algorithms.common.on_policy; 1 turns it off)
     "input_pad_multiple": 4,
+    # on-policy trainers: dtype of the torsos' activations and hidden GEMMs, "float32" or
+    # "bfloat16" (mixed precision: parameters, observations, heads and losses stay float32)
+    "compute_dtype": "float32",
 }
+
+#: Values of a policy's ``compute_dtype``.
+COMPUTE_DTYPES = ("float32", "bfloat16")
 
 
 def as_dict(cfg: Any, where: str = "config") -> dict[str, Any]:

@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -399,11 +400,14 @@ class MLP(nn.Module):
     Orthogonal kernel init with gain ``sqrt(2)``, zero biases. With ``in_features`` set,
     the first layer is a `PaddedInputDense`: inputs ``[..., I_pad]`` may have zero columns
     after the first ``in_features`` (parameters as for ``[..., in_features]`` inputs).
+    ``dtype`` (``jnp.bfloat16`` for mixed precision): the activations' dtype and that of
+    every GEMM after the first (the first reads float32 inputs); parameters are float32.
     """
 
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
     in_features: int | None = None
+    dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -418,8 +422,10 @@ class MLP(nn.Module):
             if i == 0 and self.in_features is not None:
                 x = PaddedInputDense(int(h), int(self.in_features), **kw)(x)
             else:
-                x = nn.Dense(int(h), **kw)(x)
-            x = act(x)
+                # The first layer reads the float32 observations; later ones compute in
+                # ``dtype`` (parameters stay float32 and are cast).
+                x = nn.Dense(int(h), dtype=self.dtype if i else jnp.float32, **kw)(x)
+            x = act(x).astype(self.dtype)
         return x
 
 
@@ -489,6 +495,8 @@ class ActorCritic(nn.Module):
     the first layers' kernels stay ``[O, H]`` (see `PaddedInputDense`), so parameters,
     outputs and gradients equal those of the unpadded network. ``critic_features`` does
     the same for the critic torso (``None`` when it reads an unpadded ``critic_obs``).
+    ``compute_dtype=jnp.bfloat16`` keeps the torsos' activations in bfloat16 (see `MLP`);
+    the heads, logits, values and everything downstream stay float32.
     """
 
     spec: ActionSpec
@@ -497,13 +505,15 @@ class ActorCritic(nn.Module):
     shared_torso: bool = False
     obs_features: int | None = None
     critic_features: int | None = None
+    compute_dtype: Any = jnp.float32
 
     def setup(self) -> None:
+        mlp = functools.partial(MLP, self.hidden_sizes, self.activation, dtype=self.compute_dtype)
         if self.shared_torso:
-            self.torso = MLP(self.hidden_sizes, self.activation, self.obs_features)
+            self.torso = mlp(in_features=self.obs_features)
         else:
-            self.actor_torso = MLP(self.hidden_sizes, self.activation, self.obs_features)
-            self.critic_torso = MLP(self.hidden_sizes, self.activation, self.critic_features)
+            self.actor_torso = mlp(in_features=self.obs_features)
+            self.critic_torso = mlp(in_features=self.critic_features)
         self.actor_head = ActionHead(self.spec)
         self.value_head = nn.Dense(
             1, kernel_init=nn.initializers.orthogonal(1.0), bias_init=nn.initializers.zeros

@@ -66,6 +66,7 @@ from flax import struct
 
 import jaxdrive
 from algorithms.common.config import (
+    COMPUTE_DTYPES,
     PolicySpec,
     as_dict,
     check_top_level,
@@ -210,6 +211,10 @@ def _check_hparams(
     if hp["centralized_critic"] and hp["shared_torso"]:
         raise ValueError(f"{where}: shared_torso cannot be combined with centralized_critic")
     _check_positive_int(hp, "input_pad_multiple", where)
+    if hp["compute_dtype"] not in COMPUTE_DTYPES:
+        raise ValueError(
+            f"{where}: compute_dtype must be one of {COMPUTE_DTYPES}, got {hp['compute_dtype']!r}"
+        )
     if not fixed_steps:
         epochs = _check_positive_int(hp, "num_epochs", where)
         mbs = _check_positive_int(hp, "num_minibatches", where)
@@ -299,6 +304,7 @@ def make_on_policy_trainer(
             bool(hp["shared_torso"]),
             obs_features=obs_sizes[p] if padded else None,
             critic_features=obs_sizes[p] if padded and not hp["centralized_critic"] else None,
+            compute_dtype=jnp.dtype(hp["compute_dtype"]),
         )
         lr = make_schedule(
             hp["lr_schedule"], float(hp["lr"]), 0.0, n_iter * epochs[p] * minibatches[p]

@@ -8,7 +8,7 @@ Suites:
            runs it, then PPO), CartPole 10,000 envs (A2C, fc 32×32).
   train_shapes  Tag training at 1000 vs 1024 envs (GEMM row counts; see NOTES.md).
   train_layout  Tag A2C and PPO with a torso each for actor and critic vs one shared
-           torso (WarpDrive's FullyConnected layout).
+           torso (WarpDrive's FullyConnected layout), float32 vs bfloat16 activations.
   learning the learning targets: PPO CartPole (8 vmapped seeds), PPO Acrobot, DDPG
            Pendulum, PPO Tag (the ``advnorm`` preset, 6.5e7 env steps; trained vs random taggers).
   quick    tiny sizes of the env and train suites, for CPUs and the test suite.
@@ -163,6 +163,7 @@ def run_suite(
 
 
 _SHARED = {"policies.tagger.shared_torso": True, "policies.runner.shared_torso": True}
+_BF16 = {"policies.tagger.compute_dtype": "bfloat16", "policies.runner.compute_dtype": "bfloat16"}
 
 # (name, config file, preset, overrides)
 TRAIN_CONFIGS = {
@@ -191,6 +192,19 @@ TRAIN_CONFIGS = {
         ("tag_a2c_shared", "tag_continuous", "a2c", {"num_envs": 1000, "num_steps": 25, **_SHARED}),
         ("tag_ppo", "tag_continuous", "", {"num_envs": 1000, "num_steps": 25}),
         ("tag_ppo_shared", "tag_continuous", "", {"num_envs": 1000, "num_steps": 25, **_SHARED}),
+        ("tag_a2c_bf16", "tag_continuous", "a2c", {"num_envs": 1000, "num_steps": 25, **_BF16}),
+        (
+            "tag_a2c_shared_bf16",
+            "tag_continuous",
+            "a2c",
+            {"num_envs": 1000, "num_steps": 25, **_SHARED, **_BF16},
+        ),
+        (
+            "tag_ppo_shared_bf16",
+            "tag_continuous",
+            "",
+            {"num_envs": 1000, "num_steps": 25, **_SHARED, **_BF16},
+        ),
     ],
     "quick": [
         ("tag_ppo_tiny", "tag_continuous", "tiny", {}),
