@@ -312,6 +312,14 @@ class ActionSpec:
         return self.sizes[0]
 
 
+def _f32_dense(features: int, dtype: Any, **kw: Any) -> nn.Dense:
+    """``nn.Dense`` computing in ``dtype`` with a float32 result (float32 accumulation)."""
+    if jnp.dtype(dtype) == jnp.float32:
+        return nn.Dense(features, **kw)
+    f32_dot = functools.partial(jax.lax.dot_general, preferred_element_type=jnp.float32)
+    return nn.Dense(features, dtype=dtype, dot_general=f32_dot, **kw)
+
+
 class ActionHead(nn.Module):
     """Dense layer(s) mapping features ``[..., H]`` to the distribution of an `ActionSpec`.
 
@@ -320,12 +328,14 @@ class ActionHead(nn.Module):
     """
 
     spec: ActionSpec
+    dtype: Any = jnp.float32  # GEMM input dtype; outputs are float32 whatever it is
 
     @nn.compact
     def __call__(self, x: jax.Array) -> Any:
         spec = self.spec
-        out = nn.Dense(
+        out = _f32_dense(
             spec.num_outputs,
+            self.dtype,
             kernel_init=nn.initializers.orthogonal(0.01),
             bias_init=nn.initializers.zeros,
             name="logits" if spec.is_discrete else "mean",
@@ -373,6 +383,7 @@ class PaddedInputDense(nn.Module):
     in_features: int
     kernel_init: Callable[..., jax.Array] = nn.initializers.lecun_normal()
     bias_init: Callable[..., jax.Array] = nn.initializers.zeros
+    dtype: Any = jnp.float32  # computation dtype (inputs, kernel and output are cast)
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -385,6 +396,7 @@ class PaddedInputDense(nn.Module):
         bias = self.param("bias", self.bias_init, (self.features,))
         if width > self.in_features:
             kernel = jnp.pad(kernel, ((0, width - self.in_features), (0, 0)))
+        x, kernel, bias = (a.astype(self.dtype) for a in (x, kernel, bias))
         y = jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
         return y + bias
 
@@ -400,8 +412,8 @@ class MLP(nn.Module):
     Orthogonal kernel init with gain ``sqrt(2)``, zero biases. With ``in_features`` set,
     the first layer is a `PaddedInputDense`: inputs ``[..., I_pad]`` may have zero columns
     after the first ``in_features`` (parameters as for ``[..., in_features]`` inputs).
-    ``dtype`` (``jnp.bfloat16`` for mixed precision): the activations' dtype and that of
-    every GEMM after the first (the first reads float32 inputs); parameters are float32.
+    ``dtype`` (``jnp.bfloat16`` for mixed precision): every layer's inputs, GEMMs and
+    activations are cast to it (float32 accumulation); parameters stay float32.
     """
 
     hidden_sizes: Sequence[int] = (64, 64)
@@ -420,12 +432,10 @@ class MLP(nn.Module):
                 name=f"dense_{i}",
             )
             if i == 0 and self.in_features is not None:
-                x = PaddedInputDense(int(h), int(self.in_features), **kw)(x)
+                x = PaddedInputDense(int(h), int(self.in_features), dtype=self.dtype, **kw)(x)
             else:
-                # The first layer reads the float32 observations; later ones compute in
-                # ``dtype`` (parameters stay float32 and are cast).
-                x = nn.Dense(int(h), dtype=self.dtype if i else jnp.float32, **kw)(x)
-            x = act(x).astype(self.dtype)
+                x = nn.Dense(int(h), dtype=self.dtype, **kw)(x)
+            x = act(x)
         return x
 
 
@@ -495,8 +505,8 @@ class ActorCritic(nn.Module):
     the first layers' kernels stay ``[O, H]`` (see `PaddedInputDense`), so parameters,
     outputs and gradients equal those of the unpadded network. ``critic_features`` does
     the same for the critic torso (``None`` when it reads an unpadded ``critic_obs``).
-    ``compute_dtype=jnp.bfloat16`` keeps the torsos' activations in bfloat16 (see `MLP`);
-    the heads, logits, values and everything downstream stay float32.
+    ``compute_dtype=jnp.bfloat16``: the torsos and heads compute in bfloat16 (see `MLP`),
+    the heads' outputs (logits, means, values) and everything downstream are float32.
     """
 
     spec: ActionSpec
@@ -514,9 +524,12 @@ class ActorCritic(nn.Module):
         else:
             self.actor_torso = mlp(in_features=self.obs_features)
             self.critic_torso = mlp(in_features=self.critic_features)
-        self.actor_head = ActionHead(self.spec)
-        self.value_head = nn.Dense(
-            1, kernel_init=nn.initializers.orthogonal(1.0), bias_init=nn.initializers.zeros
+        self.actor_head = ActionHead(self.spec, self.compute_dtype)
+        self.value_head = _f32_dense(
+            1,
+            self.compute_dtype,
+            kernel_init=nn.initializers.orthogonal(1.0),
+            bias_init=nn.initializers.zeros,
         )
 
     def policy(self, obs: jax.Array) -> Any:

@@ -18,12 +18,13 @@ import ast
 import collections
 import glob
 import os
+import re
 import tempfile
 from typing import Any
 
 from absl import app, flags
 
-__all__ = ["kernel_table", "summarize_trace"]
+__all__ = ["hlo_lines", "kernel_table", "summarize_trace"]
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("targets", ["tag_k10", "tag_a2c"], "workloads to profile (module docstring)")
@@ -32,6 +33,7 @@ flags.DEFINE_bool("tiny", False, "tiny sizes (CPU check)")
 flags.DEFINE_string("trace_dir", "", "where traces go (default: a temporary folder)")
 flags.DEFINE_bool("auto_reset", True, "env-only targets: auto-reset finished envs")
 flags.DEFINE_string("impl", "auto", "Tag neighbour search: auto | jax | pallas")
+flags.DEFINE_bool("hlo", True, "training targets: print the top kernels' HLO instructions")
 flags.DEFINE_multi_string(
     "override",
     [],
@@ -78,6 +80,30 @@ def summarize_trace(trace_dir: str) -> tuple[str, dict[str, tuple[float, int]]]:
                     add(line)
         kind = "host"
     return kind, {k: (v[0], int(v[1])) for k, v in totals.items()}
+
+
+def hlo_lines(hlo: str, totals: dict[str, tuple[float, int]], top: int) -> list[str]:
+    """For the ``top`` kernels of ``totals``, the optimised-HLO instruction of the same
+    name (kernel names spell the instruction's ``.`` as ``_``): its result type and op,
+    and the end of the JAX op it came from."""
+    by_name: dict[str, str] = {}
+    for raw in hlo.splitlines():
+        line = raw.strip()
+        if " = " not in line:
+            continue
+        name = line.split(" = ", 1)[0].removeprefix("ROOT ").lstrip("%").replace(".", "_")
+        by_name.setdefault(name, line)
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]
+    out = []
+    for k, _ in ranked:
+        line = by_name.get(k.replace(".", "_"))
+        if not line:
+            continue
+        head = line.split(" = ", 1)[1].split("(", 1)[0]  # result type and op
+        op_name = re.search(r'op_name="([^"]*)"', line)
+        where = op_name.group(1).replace("jit(<lambda>)/", "")[-150:] if op_name else ""
+        out.append(f"{k}: {head[:110]} <- {where}")
+    return out
 
 
 def kernel_table(totals: dict[str, tuple[float, int]], top: int) -> list[str]:
@@ -160,6 +186,10 @@ def main(argv: list[str]) -> None:
         )
         for line in kernel_table(totals, FLAGS.top):
             print(line, flush=True)
+        if FLAGS.hlo and rec.get("_hlo"):
+            print(f"\n-- {name}: the top kernels' HLO instructions (result = op(operands))")
+            for line in hlo_lines(rec["_hlo"], totals, FLAGS.top):
+                print(line, flush=True)
 
 
 if __name__ == "__main__":

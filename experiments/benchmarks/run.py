@@ -5,7 +5,7 @@ Suites:
   env_big  the 10 envs × (100+10,000 agents) Tag config (both impls).
   classic  CartPole env-only stepping at 1e3..1e6 envs (gymnax's scheme).
   train    end-to-end training throughput: Tag 1000 envs × (10+100) (A2C as WarpDrive
-           runs it, then PPO), CartPole 10,000 envs (A2C, fc 32×32).
+           runs it: its shared-torso network, then PPO), CartPole 10,000 envs (A2C, fc 32×32).
   train_shapes  Tag training at 1000 vs 1024 envs (GEMM row counts; see NOTES.md).
   train_layout  Tag A2C and PPO with a torso each for actor and critic vs one shared
            torso (WarpDrive's FullyConnected layout), float32 vs bfloat16 activations.
@@ -162,7 +162,9 @@ def run_suite(
     return records
 
 
+_TAG = {"num_envs": 1000, "num_steps": 25}
 _SHARED = {"policies.tagger.shared_torso": True, "policies.runner.shared_torso": True}
+_SEPARATE = {"policies.tagger.shared_torso": False, "policies.runner.shared_torso": False}
 _BF16 = {"policies.tagger.compute_dtype": "bfloat16", "policies.runner.compute_dtype": "bfloat16"}
 
 # (name, config file, preset, overrides)
@@ -186,25 +188,16 @@ TRAIN_CONFIGS = {
         ("tag_a2c_1024x32", "tag_continuous", "a2c", {"num_envs": 1024, "num_steps": 32}),
     ],
     # WarpDrive's FullyConnected shares one 256×256 torso between the policy heads and
-    # the value head; jaxdrive's default gives actor and critic a torso each.
+    # the value head (so does the a2c preset); jaxdrive's default gives actor and critic
+    # a torso each.
     "train_layout": [
-        ("tag_a2c", "tag_continuous", "a2c", {"num_envs": 1000, "num_steps": 25}),
-        ("tag_a2c_shared", "tag_continuous", "a2c", {"num_envs": 1000, "num_steps": 25, **_SHARED}),
-        ("tag_ppo", "tag_continuous", "", {"num_envs": 1000, "num_steps": 25}),
-        ("tag_ppo_shared", "tag_continuous", "", {"num_envs": 1000, "num_steps": 25, **_SHARED}),
-        ("tag_a2c_bf16", "tag_continuous", "a2c", {"num_envs": 1000, "num_steps": 25, **_BF16}),
-        (
-            "tag_a2c_shared_bf16",
-            "tag_continuous",
-            "a2c",
-            {"num_envs": 1000, "num_steps": 25, **_SHARED, **_BF16},
-        ),
-        (
-            "tag_ppo_shared_bf16",
-            "tag_continuous",
-            "",
-            {"num_envs": 1000, "num_steps": 25, **_SHARED, **_BF16},
-        ),
+        ("tag_a2c", "tag_continuous", "a2c", {**_TAG}),
+        ("tag_a2c_separate", "tag_continuous", "a2c", {**_TAG, **_SEPARATE}),
+        ("tag_a2c_bf16", "tag_continuous", "a2c", {**_TAG, **_BF16}),
+        ("tag_a2c_separate_bf16", "tag_continuous", "a2c", {**_TAG, **_SEPARATE, **_BF16}),
+        ("tag_ppo", "tag_continuous", "", {**_TAG}),
+        ("tag_ppo_shared", "tag_continuous", "", {**_TAG, **_SHARED}),
+        ("tag_ppo_shared_bf16", "tag_continuous", "", {**_TAG, **_SHARED, **_BF16}),
     ],
     "quick": [
         ("tag_ppo_tiny", "tag_continuous", "tiny", {}),

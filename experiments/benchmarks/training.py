@@ -80,6 +80,7 @@ def time_training(
         "env_steps_per_s": steps / med,
         "agent_steps_per_s": steps * env.total_agents / med,
         "peak_memory_bytes": peak_memory_bytes(),
+        **({"_hlo": compiled.as_text()} if profile_dir else {}),
     }
 
 

@@ -11,7 +11,8 @@ two policies ``tagger`` and ``runner`` with WarpDrive's numbers (fc 256×256, ga
 entropy coef 0.05, vf coef 1, max grad norm 0.5, no advantage normalisation, Adam lr
 0.001 for taggers and 0.005 for runners). WarpDrive trains them with A2C; **the default
 here is PPO** (4 epochs × 4 minibatches, clip 0.2, GAE λ 0.95) with the same numbers;
-the ``a2c`` preset gives WarpDrive's algorithm (one step per batch, λ = 1).
+the ``a2c`` preset gives WarpDrive's algorithm (one step per batch, λ = 1) and its
+network layout (policy heads and value head on one shared 256×256 torso).
 WarpDrive's yaml runs 500 episodes × 500 steps = 250k env steps (10 iterations);
 the default here runs 10M env steps (400 iterations).
 
@@ -148,5 +149,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         c.algo.ent_coef = 0.01
     if "a2c" in presets:
         drop_ppo_only_keys(c)
+        for p in ("tagger", "runner"):  # WarpDrive's FullyConnected: heads on one torso
+            c.policies[p].shared_torso = "mappo" not in presets  # (MAPPO: a critic torso)
         c.algo.gae_lambda = 1.0
     return c

@@ -83,3 +83,23 @@ def test_a2c_input_padding_does_not_change_results():
     c.policies.runner.input_pad_multiple = 0
     with pytest.raises(ValueError, match="input_pad_multiple must be a positive integer"):
         make_train(c)
+
+
+def test_a2c_bfloat16_trains_close_to_float32():
+    """``compute_dtype="bfloat16"`` keeps float32 parameters and metrics and, over two
+    iterations, stays close to the float32 run; unknown dtypes are refused."""
+    out = []
+    for dt in ("float32", "bfloat16"):
+        c = tag_continuous.get_config("tiny,a2c")
+        c.total_env_steps = 2 * c.num_envs * c.num_steps
+        for p in c.policies.keys():
+            c.policies[p].compute_dtype = dt
+        rs, met = jax.jit(make_train(c), compiler_options=FAST)(jax.random.PRNGKey(0))
+        out.append(jax.device_get((rs.policies["runner"].params, met)))
+    assert all(x.dtype == np.float32 for x in jax.tree.leaves(out[1]))
+    for a, b in zip(jax.tree.leaves(out[0]), jax.tree.leaves(out[1]), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=5e-2, atol=5e-3)
+    c = tag_continuous.get_config("tiny,a2c")
+    c.policies.runner.compute_dtype = "float16"
+    with pytest.raises(ValueError, match="compute_dtype must be one of"):
+        make_train(c)
