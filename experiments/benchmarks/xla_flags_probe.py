@@ -1,0 +1,23 @@
+"""Tag A2C training throughput (1000 envs × (10+100), 25 steps, shared torso) in float32
+and bfloat16 under the current ``XLA_FLAGS``: ``XLA_FLAGS=... python -m
+experiments.benchmarks.xla_flags_probe`` once per flag set, to A/B compiler options."""
+
+from __future__ import annotations
+
+import os
+
+from experiments.benchmarks.training import load_config, time_training
+
+
+def main() -> None:
+    flags = os.environ.get("XLA_FLAGS", "")
+    for dt in ("float32", "bfloat16"):
+        over = {f"policies.{p}.compute_dtype": dt for p in ("tagger", "runner")}
+        config = load_config("tag_continuous", "a2c", num_envs=1000, num_steps=25, **over)
+        config.total_env_steps = 10**9
+        rec = time_training(config, iterations=5, repeats=3)
+        print(f"{dt:<9} {rec['env_steps_per_s']:>12,.0f} env steps/s  XLA_FLAGS={flags!r}")
+
+
+if __name__ == "__main__":
+    main()
