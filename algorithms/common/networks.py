@@ -377,6 +377,11 @@ class PaddedInputDense(nn.Module):
     the kernel padded with ``I_pad − in_features`` zero rows: the trailing input columns
     are ignored and their (sliced-off) kernel rows get no gradient, while the GEMM sees
     an aligned contraction size. ``I_pad == in_features`` is a plain ``nn.Dense``.
+
+    ``bias_column=True``: padded inputs carry the constant 1.0 in column ``in_features``
+    (the first padding column) and the bias is that row of the padded kernel, so the GEMM
+    adds it (no separate pass over ``[..., H]``) and the weight-gradient GEMM yields the
+    bias gradient (no separate reduction over the batch).
     """
 
     features: int
@@ -384,6 +389,7 @@ class PaddedInputDense(nn.Module):
     kernel_init: Callable[..., jax.Array] = nn.initializers.lecun_normal()
     bias_init: Callable[..., jax.Array] = nn.initializers.zeros
     dtype: Any = jnp.float32  # computation dtype (inputs, kernel and output are cast)
+    bias_column: bool = False  # padded inputs carry 1.0 in column in_features (see above)
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -394,11 +400,15 @@ class PaddedInputDense(nn.Module):
             )
         kernel = self.param("kernel", self.kernel_init, (self.in_features, self.features))
         bias = self.param("bias", self.bias_init, (self.features,))
-        if width > self.in_features:
-            kernel = jnp.pad(kernel, ((0, width - self.in_features), (0, 0)))
         x, kernel, bias = (a.astype(self.dtype) for a in (x, kernel, bias))
-        y = jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
-        return y + bias
+        dims = (((x.ndim - 1,), (0,)), ((), ()))
+        extra = width - self.in_features
+        if extra and self.bias_column:
+            kernel = jnp.concatenate([kernel, bias[None], jnp.zeros_like(kernel[: extra - 1])])
+            return jax.lax.dot_general(x, kernel, dims)
+        if extra:
+            kernel = jnp.pad(kernel, ((0, extra), (0, 0)))
+        return jax.lax.dot_general(x, kernel, dims) + bias
 
 
 def padded_size(n: int, multiple: int) -> int:
@@ -411,7 +421,8 @@ class MLP(nn.Module):
 
     Orthogonal kernel init with gain ``sqrt(2)``, zero biases. With ``in_features`` set,
     the first layer is a `PaddedInputDense`: inputs ``[..., I_pad]`` may have zero columns
-    after the first ``in_features`` (parameters as for ``[..., in_features]`` inputs).
+    after the first ``in_features`` (parameters as for ``[..., in_features]`` inputs);
+    with ``bias_column`` the first of those columns is 1.0 and carries the first bias.
     ``dtype`` (``jnp.bfloat16`` for mixed precision): every layer's inputs, GEMMs and
     activations are cast to it (float32 accumulation); parameters stay float32.
     """
@@ -420,11 +431,12 @@ class MLP(nn.Module):
     activation: str = "tanh"
     in_features: int | None = None
     dtype: Any = jnp.float32
+    bias_column: bool = False  # padded inputs carry 1.0 in column in_features
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         act = activation_fn(self.activation)
-        x = x.astype(jnp.float32)
+        x = x if x.dtype == jnp.dtype(self.dtype) else x.astype(jnp.float32)
         for i, h in enumerate(self.hidden_sizes):
             kw = dict(
                 kernel_init=nn.initializers.orthogonal(math.sqrt(2.0)),
@@ -432,7 +444,13 @@ class MLP(nn.Module):
                 name=f"dense_{i}",
             )
             if i == 0 and self.in_features is not None:
-                x = PaddedInputDense(int(h), int(self.in_features), dtype=self.dtype, **kw)(x)
+                x = PaddedInputDense(
+                    int(h),
+                    int(self.in_features),
+                    dtype=self.dtype,
+                    bias_column=self.bias_column,
+                    **kw,
+                )(x)
             else:
                 x = nn.Dense(int(h), dtype=self.dtype, **kw)(x)
             x = act(x)
@@ -505,6 +523,7 @@ class ActorCritic(nn.Module):
     the first layers' kernels stay ``[O, H]`` (see `PaddedInputDense`), so parameters,
     outputs and gradients equal those of the unpadded network. ``critic_features`` does
     the same for the critic torso (``None`` when it reads an unpadded ``critic_obs``).
+    ``bias_column=True``: padded inputs carry 1.0 in column ``O`` (see `PaddedInputDense`).
     ``compute_dtype=jnp.bfloat16``: the torsos and heads compute in bfloat16 (see `MLP`),
     the heads' outputs (logits, means, values) and everything downstream are float32.
     """
@@ -516,9 +535,16 @@ class ActorCritic(nn.Module):
     obs_features: int | None = None
     critic_features: int | None = None
     compute_dtype: Any = jnp.float32
+    bias_column: bool = False
 
     def setup(self) -> None:
-        mlp = functools.partial(MLP, self.hidden_sizes, self.activation, dtype=self.compute_dtype)
+        mlp = functools.partial(
+            MLP,
+            self.hidden_sizes,
+            self.activation,
+            dtype=self.compute_dtype,
+            bias_column=self.bias_column,
+        )
         if self.shared_torso:
             self.torso = mlp(in_features=self.obs_features)
         else:

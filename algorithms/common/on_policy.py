@@ -288,6 +288,9 @@ def make_on_policy_trainer(
     in_sizes: dict[str, int] = {}  # O_pad: O padded to a multiple of input_pad_multiple
     epochs: dict[str, int] = {}
     minibatches: dict[str, int] = {}
+    # dtype of the stored trajectory's observations: the network's compute dtype when the
+    # network casts them to it first thing (no normalisation in between), else float32
+    obs_dtypes: dict[str, Any] = {}
     for p, s in specs.items():
         hp = s.hp
         batch = T * N * s.num_agents
@@ -305,7 +308,10 @@ def make_on_policy_trainer(
             obs_features=obs_sizes[p] if padded else None,
             critic_features=obs_sizes[p] if padded and not hp["centralized_critic"] else None,
             compute_dtype=jnp.dtype(hp["compute_dtype"]),
+            bias_column=padded,
         )
+        bf16 = hp["compute_dtype"] == "bfloat16" and not hp["normalize_obs"]
+        obs_dtypes[p] = jnp.bfloat16 if bf16 else jnp.float32
         lr = make_schedule(
             hp["lr_schedule"], float(hp["lr"]), 0.0, n_iter * epochs[p] * minibatches[p]
         )
@@ -385,14 +391,18 @@ def make_on_policy_trainer(
         return state, ts, lambda: ts.extras["final_obs"]
 
     def flat_obs(p: str, obs: jax.Array, lead: int) -> jax.Array:
-        """``[*lead_dims, *O] -> [*lead_dims, O_pad]`` float32, zero-padded features."""
+        """``[*lead_dims, *O] -> [*lead_dims, O_pad]`` float32: padded with one 1.0 (the
+        first layer's bias column, see `PaddedInputDense`) and then zeros."""
         x = obs.reshape(*obs.shape[:lead], obs_sizes[p]).astype(jnp.float32)
-        if in_sizes[p] > obs_sizes[p]:
-            x = jnp.pad(x, [(0, 0)] * lead + [(0, in_sizes[p] - obs_sizes[p])])
+        extra = in_sizes[p] - obs_sizes[p]
+        if extra:
+            pad = jnp.zeros((extra,), jnp.float32).at[0].set(1.0)
+            x = jnp.concatenate([x, jnp.broadcast_to(pad, (*x.shape[:-1], extra))], -1)
         return x
 
     def padded_norm(p: str, rms: RunningMeanStd) -> RunningMeanStd:
-        """``rms`` ``[O]`` extended to ``[O_pad]`` (mean 0, var 1: padding stays zero)."""
+        """``rms`` ``[O]`` extended to ``[O_pad]`` (mean 0, var 1: the padding, its bias
+        column's 1.0 included, is left as it is)."""
         extra = in_sizes[p] - obs_sizes[p]
         if not extra:
             return rms
@@ -473,7 +483,7 @@ def make_on_policy_trainer(
 
                 raw, logp, value, env_actions[p] = jax.vmap(act_one)(x, c, env_keys(kp, ids))
                 out[p] = {
-                    "obs": obs,
+                    "obs": obs.astype(obs_dtypes[p]),
                     "action": raw,
                     "logp": logp,
                     "value": value,

@@ -87,17 +87,27 @@ def test_shared_torso():
         jax.eval_shape(lambda p: net.apply(p, jnp.zeros((2, 4)), jnp.zeros((2, 5))), params)
 
 
+@pytest.mark.parametrize("bias_column", [False, True])
 @pytest.mark.parametrize("shared", [False, True])
-def test_padded_input_matches_unpadded(shared):
+def test_padded_input_matches_unpadded(shared, bias_column):
     """Obs zero-padded 7 -> 8 with ``obs_features=7``: same parameter shapes and init,
     same outputs and the same gradients as the plain network on the unpadded obs."""
     spec = ActionSpec.from_space(MultiDiscrete([3, 3]))  # equal sizes: the reshape head
     plain = ActorCritic(spec, (16, 8), "relu", shared_torso=shared)
     padded = ActorCritic(
-        spec, (16, 8), "relu", shared_torso=shared, obs_features=7, critic_features=7
+        spec,
+        (16, 8),
+        "relu",
+        shared_torso=shared,
+        obs_features=7,
+        critic_features=7,
+        bias_column=bias_column,
     )
     obs = jax.random.normal(jax.random.key(1), (4, 5, 7))
     obs_pad = jnp.pad(obs, ((0, 0), (0, 0), (0, 1)))
+    if bias_column:  # the first padding column is 1.0 and carries the bias
+        obs_pad = jnp.pad(obs, ((0, 0), (0, 0), (0, 2)), constant_values=1.0)
+        obs_pad = obs_pad.at[..., 8].set(0.0)
     act = jax.random.randint(jax.random.key(2), (4, 5, 2), 0, 3)
 
     def loss(net, params, x):
