@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -55,6 +56,7 @@ __all__ = [
     "Categorical",
     "DeterministicActor",
     "DiagGaussian",
+    "FusedDense",
     "MultiCategorical",
     "PaddedInputDense",
     "QNetwork",
@@ -312,12 +314,81 @@ class ActionSpec:
         return self.sizes[0]
 
 
-def _f32_dense(features: int, dtype: Any, **kw: Any) -> nn.Dense:
-    """``nn.Dense`` computing in ``dtype`` with a float32 result (float32 accumulation)."""
+def _bias_grad(g: jax.Array) -> jax.Array:
+    """``sum(g, 0)`` in float32 for ``g [M, H]`` (method under test: JAXDRIVE_BIAS_GRAD)."""
+    mode = os.environ.get("JAXDRIVE_BIAS_GRAD", "reduce")
+    m = g.shape[0]
+    if mode == "dot":
+        ones = jnp.ones((m,), g.dtype)
+        return jax.lax.dot_general(
+            ones, g, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32
+        )
+    if mode == "two_stage":
+        r = max(d for d in range(1, 1025) if m % d == 0)
+        return jnp.sum(jnp.sum(g.reshape(m // r, r, -1).astype(jnp.float32), 1), 0)
+    return jnp.sum(g.astype(jnp.float32), 0)
+
+
+_DIMS = (((1,), (0,)), ((), ()))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _dense(x: jax.Array, kernel: jax.Array, bias: jax.Array, dtype: Any, out_dtype: Any):
+    """``x @ kernel + bias`` for ``x [..., I]``, float32 ``kernel [I, H]``, ``bias [H]``:
+    the GEMM in ``dtype`` (float32 accumulation), the result in ``out_dtype``. Its VJP
+    takes the weight and bias gradients from float32 GEMM outputs."""
+    y = jax.lax.dot_general(
+        x.astype(dtype).reshape(-1, x.shape[-1]),
+        kernel.astype(dtype),
+        _DIMS,
+        preferred_element_type=out_dtype,
+    )
+    return (y + bias.astype(out_dtype)).reshape(*x.shape[:-1], kernel.shape[-1])
+
+
+def _dense_fwd(x, kernel, bias, dtype, out_dtype):
+    return _dense(x, kernel, bias, dtype, out_dtype), (x, kernel)
+
+
+def _dense_bwd(dtype, out_dtype, res, g):
+    x, kernel = res
+    x2 = x.astype(dtype).reshape(-1, x.shape[-1])
+    g2 = g.astype(dtype).reshape(-1, g.shape[-1])
+    dx = jax.lax.dot_general(
+        g2, kernel.astype(dtype), (((1,), (1,)), ((), ())), preferred_element_type=dtype
+    )
+    dk = jax.lax.dot_general(x2, g2, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+    db = _bias_grad(g2)
+    return dx.reshape(x.shape).astype(x.dtype), dk.astype(kernel.dtype), db
+
+
+_dense.defvjp(_dense_fwd, _dense_bwd)
+
+
+class FusedDense(nn.Module):
+    """``nn.Dense`` (same parameters ``kernel [I, H]``, ``bias [H]``, same init) computing
+    in ``dtype`` with a result in ``out_dtype`` (``None``: ``dtype``), float32
+    accumulation, and float32 weight and bias gradients taken from the GEMMs."""
+
+    features: int
+    dtype: Any = jnp.float32
+    out_dtype: Any = None
+    kernel_init: Callable[..., jax.Array] = nn.initializers.lecun_normal()
+    bias_init: Callable[..., jax.Array] = nn.initializers.zeros
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features))
+        bias = self.param("bias", self.bias_init, (self.features,))
+        out = self.dtype if self.out_dtype is None else self.out_dtype
+        return _dense(x, kernel, bias, jnp.dtype(self.dtype), jnp.dtype(out))
+
+
+def _f32_dense(features: int, dtype: Any, **kw: Any) -> nn.Module:
+    """A dense layer computing in ``dtype`` with a float32 result (float32 accumulation)."""
     if jnp.dtype(dtype) == jnp.float32:
         return nn.Dense(features, **kw)
-    f32_dot = functools.partial(jax.lax.dot_general, preferred_element_type=jnp.float32)
-    return nn.Dense(features, dtype=dtype, dot_general=f32_dot, **kw)
+    return FusedDense(features, dtype, jnp.float32, **kw)
 
 
 class ActionHead(nn.Module):
@@ -451,8 +522,10 @@ class MLP(nn.Module):
                     bias_column=self.bias_column,
                     **kw,
                 )(x)
+            elif jnp.dtype(self.dtype) == jnp.float32:
+                x = nn.Dense(int(h), **kw)(x)
             else:
-                x = nn.Dense(int(h), dtype=self.dtype, **kw)(x)
+                x = FusedDense(int(h), self.dtype, **kw)(x)
             x = act(x)
         return x
 

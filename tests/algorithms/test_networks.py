@@ -3,6 +3,7 @@
 import functools
 import math
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -315,3 +316,23 @@ def test_bfloat16_compute_dtype(shared):
         # bf16 rounds each value by ~2^-8; the actor's gradients at init are sums that
         # mostly cancel (head gain 0.01), so their relative error reaches ~10%.
         assert np.linalg.norm(a - b) <= 0.15 * np.linalg.norm(b)
+
+
+def test_fused_dense_matches_dense():
+    """`FusedDense` (custom VJP) has `nn.Dense`'s parameters, outputs and gradients, also
+    under `jax.vmap` (several seeds) and for inputs with several leading axes."""
+    from algorithms.common.networks import FusedDense
+
+    x = jax.random.normal(jax.random.key(0), (3, 4, 6, 5))  # [seeds, ..., I]
+    ref, fused = nn.Dense(7), FusedDense(7)
+    params = jax.vmap(ref.init, in_axes=(None, 0))(jax.random.key(1), x)
+
+    def grads(net, p, xi):
+        return jax.grad(lambda p, xi: jnp.sum(jnp.sin(net.apply(p, xi))), (0, 1))(p, xi)
+
+    g_ref = jax.jit(jax.vmap(lambda p, xi: grads(ref, p, xi)))(params, x)
+    g_fused = jax.jit(jax.vmap(lambda p, xi: grads(fused, p, xi)))(params, x)
+    for a, b in zip(jax.tree.leaves(g_fused), jax.tree.leaves(g_ref), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+    y_ref = jax.vmap(ref.apply)(params, x)
+    np.testing.assert_allclose(jax.vmap(fused.apply)(params, x), y_ref, rtol=1e-6, atol=1e-6)
