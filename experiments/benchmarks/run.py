@@ -61,7 +61,7 @@ flags.DEFINE_enum(
 flags.DEFINE_list(
     "learning_runs",
     ["ppo_cartpole", "ppo_acrobot", "ddpg_pendulum", "ppo_tag"],
-    "runs of --suite=learning",
+    "runs of --suite=learning (also: ppo_cartpole_bf16, ppo_tag_bf16: mixed precision)",
 )
 flags.DEFINE_list("tag_sweep", ["base", "advnorm"], "variants for --suite=tag_sweep")
 flags.DEFINE_integer(
@@ -171,7 +171,9 @@ _BF16 = {"policies.tagger.compute_dtype": "bfloat16", "policies.runner.compute_d
 TRAIN_CONFIGS = {
     "train": [
         ("tag_a2c", "tag_continuous", "a2c", {"num_envs": 1000, "num_steps": 25}),
+        ("tag_a2c_bf16", "tag_continuous", "a2c", {**_TAG, **_BF16}),
         ("tag_ppo", "tag_continuous", "", {"num_envs": 1000, "num_steps": 25}),
+        ("tag_ppo_shared_bf16", "tag_continuous", "", {**_TAG, **_SHARED, **_BF16}),
         (
             "cartpole_a2c",
             "cartpole",
@@ -267,6 +269,10 @@ def run_scaling_suite(iterations: int, repeats: int) -> list[dict[str, Any]]:
     return records
 
 
+def _bf16(*policies: str) -> dict[str, str]:
+    return {f"policies.{p}.compute_dtype": "bfloat16" for p in policies}
+
+
 def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
     """The learning targets (see the module docstring)."""
     from experiments.benchmarks.timing import device_info
@@ -294,6 +300,21 @@ def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
             1,
             3.0,
         ),
+        # mixed precision (compute_dtype bfloat16), otherwise the runs above
+        ("ppo_cartpole_bf16", load_config("cartpole", **_bf16("agent")), num_seeds, 475.0),
+        (
+            "ppo_tag_bf16",
+            load_config(
+                "tag_continuous",
+                "advnorm",
+                num_envs=1000,
+                num_steps=100,
+                total_env_steps=FLAGS.tag_learning_steps,
+                **_bf16("tagger", "runner"),
+            ),
+            1,
+            3.0,
+        ),
     ]
     unknown = [n for n in FLAGS.learning_runs if n not in {r[0] for r in runs}]
     if unknown:
@@ -304,7 +325,7 @@ def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
         out = learning_run(config, num_seeds=seeds)
         rs, trainer, env = out.pop("_runner_state"), out.pop("_trainer"), out.pop("_env")
         out.update(bench="learning", name=name, target=target, **info)
-        if name == "ppo_tag":
+        if name.startswith("ppo_tag"):
             params = jax_tree_first(trainer.get_params(rs))
             _, env_params = __import__("jaxdrive").make(config.env_name, **dict(config.env_kwargs))
             out["tagging"] = evaluate_tag_tagging(env, env_params, trainer, params)
