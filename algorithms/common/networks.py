@@ -48,8 +48,6 @@ from jaxdrive.spaces import Box, Discrete, MultiDiscrete, Space
 
 __all__ = [
     "ACTIVATIONS",
-    "CARRY_ACTIVATIONS",
-    "CARRY_COLUMNS",
     "HEAD_KINDS",
     "MLP",
     "ActionSpec",
@@ -357,44 +355,6 @@ def _dense_bwd(dtype, out_dtype, res, g):
 _dense.defvjp(_dense_fwd, _dense_bwd)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def _matmul(x: jax.Array, kernel: jax.Array, dtype: Any, out_dtype: Any) -> jax.Array:
-    """``x [..., K] @ kernel [K, N]`` in ``dtype`` (float32 accumulation), result in
-    ``out_dtype``; its VJP returns the kernel gradient from a float32 GEMM output."""
-    y = jax.lax.dot_general(
-        x.astype(dtype).reshape(-1, x.shape[-1]),
-        kernel.astype(dtype),
-        _DIMS,
-        preferred_element_type=out_dtype,
-    )
-    return y.reshape(*x.shape[:-1], kernel.shape[-1])
-
-
-def _matmul_fwd(x, kernel, dtype, out_dtype):
-    return _matmul(x, kernel, dtype, out_dtype), (x, kernel)
-
-
-def _matmul_bwd(dtype, out_dtype, res, g):
-    x, kernel = res
-    x2 = x.astype(dtype).reshape(-1, x.shape[-1])
-    g2 = g.astype(dtype).reshape(-1, g.shape[-1])
-    dx = jax.lax.dot_general(
-        g2, kernel.astype(dtype), (((1,), (1,)), ((), ())), preferred_element_type=dtype
-    )
-    dk = jax.lax.dot_general(x2, g2, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
-    return dx.reshape(x.shape).astype(x.dtype), dk.astype(kernel.dtype)
-
-
-_matmul.defvjp(_matmul_fwd, _matmul_bwd)
-
-#: Activations with ``f(1) == 1`` and ``f(0) == 0``: a constant-1 column survives them,
-#: so `MLP` can carry the bias column through every layer (see `PaddedInputDense`).
-CARRY_ACTIVATIONS = ("relu", "leaky_relu", "elu")
-#: Extra output columns of a layer that carries the bias column (1.0, then zeros: an
-#: aligned width).
-CARRY_COLUMNS = 8
-
-
 class FusedDense(nn.Module):
     """``nn.Dense`` (same parameters ``kernel [I, H]``, ``bias [H]``, same init) computing
     in ``dtype`` with a result in ``out_dtype`` (``None``: ``dtype``), float32
@@ -414,16 +374,6 @@ class FusedDense(nn.Module):
         return _dense(x, kernel, bias, jnp.dtype(self.dtype), jnp.dtype(out))
 
 
-def _head_dense(features: int, dtype: Any, in_features: int | None, **kw: Any) -> nn.Module:
-    """A head's dense layer with a float32 result; with ``in_features`` its input may carry
-    a bias column after ``in_features`` features (see `PaddedInputDense`)."""
-    if in_features is None:
-        return _f32_dense(features, dtype, **kw)
-    return PaddedInputDense(
-        features, in_features, dtype=dtype, bias_column=True, out_dtype=jnp.float32, **kw
-    )
-
-
 def _f32_dense(features: int, dtype: Any, **kw: Any) -> nn.Module:
     """A dense layer computing in ``dtype`` with a float32 result (float32 accumulation)."""
     if jnp.dtype(dtype) == jnp.float32:
@@ -440,15 +390,13 @@ class ActionHead(nn.Module):
 
     spec: ActionSpec
     dtype: Any = jnp.float32  # GEMM input dtype; outputs are float32 whatever it is
-    in_features: int | None = None  # set: x may carry a bias column (see `MLP`)
 
     @nn.compact
     def __call__(self, x: jax.Array) -> Any:
         spec = self.spec
-        out = _head_dense(
+        out = _f32_dense(
             spec.num_outputs,
             self.dtype,
-            self.in_features,
             kernel_init=nn.initializers.orthogonal(0.01),
             bias_init=nn.initializers.zeros,
             name="logits" if spec.is_discrete else "mean",
@@ -494,46 +442,34 @@ class PaddedInputDense(nn.Module):
     ``bias_column=True``: padded inputs carry the constant 1.0 in column ``in_features``
     (the first padding column) and the bias is that row of the padded kernel, so the GEMM
     adds it (no separate pass over ``[..., H]``) and the weight-gradient GEMM yields the
-    bias gradient (no separate reduction over the batch). ``out_columns > 0`` (needs
-    such an input) appends that many output columns, 1.0 then zeros, so that the next
-    layer can take its bias the same way: ``[..., I_pad] -> [..., H + out_columns]``.
-    ``out_dtype``: the result's dtype (default ``dtype``; float32 accumulation).
+    bias gradient (no separate reduction over the batch).
     """
 
     features: int
     in_features: int
     kernel_init: Callable[..., jax.Array] = nn.initializers.lecun_normal()
     bias_init: Callable[..., jax.Array] = nn.initializers.zeros
-    dtype: Any = jnp.float32  # computation dtype (inputs and kernel are cast)
+    dtype: Any = jnp.float32  # computation dtype (inputs, kernel and output are cast)
     bias_column: bool = False  # padded inputs carry 1.0 in column in_features (see above)
-    out_columns: int = 0  # extra output columns: 1.0, then zeros (needs a bias column)
-    out_dtype: Any = None  # result dtype (None: dtype)
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        width, n_in = x.shape[-1], self.in_features
-        if width < n_in:
+        width = x.shape[-1]
+        if width < self.in_features:
             raise ValueError(
-                f"input has {width} features, fewer than the layer's in_features={n_in}"
+                f"input has {width} features, fewer than the layer's in_features={self.in_features}"
             )
-        kernel = self.param("kernel", self.kernel_init, (n_in, self.features))
+        kernel = self.param("kernel", self.kernel_init, (self.in_features, self.features))
         bias = self.param("bias", self.bias_init, (self.features,))
-        out_dtype = jnp.dtype(self.dtype if self.out_dtype is None else self.out_dtype)
-        extra = width - n_in
-        in_bias = bool(extra) and self.bias_column
-        if self.out_columns and not in_bias:
-            raise ValueError("out_columns needs an input with a bias column")
-        rows = [kernel]
-        if in_bias:
-            rows += [bias[None], jnp.zeros((extra - 1, self.features), kernel.dtype)]
-        elif extra:
-            rows += [jnp.zeros((extra, self.features), kernel.dtype)]
-        full = jnp.concatenate(rows) if len(rows) > 1 else kernel  # [I_pad, H]
-        if self.out_columns:
-            ones = jnp.zeros((width, self.out_columns), kernel.dtype).at[n_in, 0].set(1.0)
-            full = jnp.concatenate([full, ones], axis=1)  # [I_pad, H + out_columns]
-        y = _matmul(x, full, jnp.dtype(self.dtype), out_dtype)
-        return y if in_bias else y + bias.astype(out_dtype)
+        x, kernel, bias = (a.astype(self.dtype) for a in (x, kernel, bias))
+        dims = (((x.ndim - 1,), (0,)), ((), ()))
+        extra = width - self.in_features
+        if extra and self.bias_column:
+            kernel = jnp.concatenate([kernel, bias[None], jnp.zeros_like(kernel[: extra - 1])])
+            return jax.lax.dot_general(x, kernel, dims)
+        if extra:
+            kernel = jnp.pad(kernel, ((0, extra), (0, 0)))
+        return jax.lax.dot_general(x, kernel, dims) + bias
 
 
 def padded_size(n: int, multiple: int) -> int:
@@ -547,11 +483,7 @@ class MLP(nn.Module):
     Orthogonal kernel init with gain ``sqrt(2)``, zero biases. With ``in_features`` set,
     the first layer is a `PaddedInputDense`: inputs ``[..., I_pad]`` may have zero columns
     after the first ``in_features`` (parameters as for ``[..., in_features]`` inputs);
-    with ``bias_column`` the first of those columns is 1.0 and carries the first bias;
-    with an activation of `CARRY_ACTIVATIONS` as well, every layer passes such a column on
-    (``carries_bias``): the output is ``[..., H + CARRY_COLUMNS]``, 1.0 in column ``H``,
-    zeros after, and each bias is added by its GEMM (the heads of `ActorCritic` take
-    theirs the same way).
+    with ``bias_column`` the first of those columns is 1.0 and carries the first bias.
     ``dtype`` (``jnp.bfloat16`` for mixed precision): every layer's inputs, GEMMs and
     activations are cast to it (float32 accumulation); parameters stay float32.
     """
@@ -562,41 +494,10 @@ class MLP(nn.Module):
     dtype: Any = jnp.float32
     bias_column: bool = False  # padded inputs carry 1.0 in column in_features
 
-    @property
-    def carries_bias(self) -> bool:
-        """Whether every layer takes its bias from a carried 1.0 column (the output is
-        then ``[..., H + CARRY_COLUMNS]`` with 1.0 in column ``H``)."""
-        return (
-            self.bias_column
-            and self.in_features is not None
-            and self.activation in CARRY_ACTIVATIONS
-        )
-
-    def _carry(self, x: jax.Array, act: Callable[[jax.Array], jax.Array]) -> jax.Array:
-        n_in = int(self.in_features)
-        if x.shape[-1] == n_in:  # an unpadded input (e.g. acting): add the bias column
-            pad = jnp.zeros((CARRY_COLUMNS,), x.dtype).at[0].set(1.0)
-            x = jnp.concatenate([x, jnp.broadcast_to(pad, (*x.shape[:-1], CARRY_COLUMNS))], -1)
-        for i, h in enumerate(self.hidden_sizes):
-            x = PaddedInputDense(
-                int(h),
-                n_in if i == 0 else int(self.hidden_sizes[i - 1]),
-                kernel_init=nn.initializers.orthogonal(math.sqrt(2.0)),
-                bias_init=nn.initializers.zeros,
-                dtype=self.dtype,
-                bias_column=True,
-                out_columns=CARRY_COLUMNS,
-                name=f"dense_{i}",
-            )(x)
-            x = act(x)
-        return x
-
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         act = activation_fn(self.activation)
         x = x if x.dtype == jnp.dtype(self.dtype) else x.astype(jnp.float32)
-        if self.carries_bias:
-            return self._carry(x, act)
         for i, h in enumerate(self.hidden_sizes):
             kw = dict(
                 kernel_init=nn.initializers.orthogonal(math.sqrt(2.0)),
@@ -707,21 +608,15 @@ class ActorCritic(nn.Module):
             dtype=self.compute_dtype,
             bias_column=self.bias_column,
         )
-        carry = self.bias_column and self.activation in CARRY_ACTIVATIONS
-        last = int(self.hidden_sizes[-1])
-        actor_in = last if carry and self.obs_features is not None else None
-        critic_in = self.obs_features if self.shared_torso else self.critic_features
-        critic_in = last if carry and critic_in is not None else None
         if self.shared_torso:
             self.torso = mlp(in_features=self.obs_features)
         else:
             self.actor_torso = mlp(in_features=self.obs_features)
             self.critic_torso = mlp(in_features=self.critic_features)
-        self.actor_head = ActionHead(self.spec, self.compute_dtype, actor_in)
-        self.value_head = _head_dense(
+        self.actor_head = ActionHead(self.spec, self.compute_dtype)
+        self.value_head = _f32_dense(
             1,
             self.compute_dtype,
-            critic_in,
             kernel_init=nn.initializers.orthogonal(1.0),
             bias_init=nn.initializers.zeros,
         )
