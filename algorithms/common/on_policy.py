@@ -81,6 +81,7 @@ from algorithms.common.networks import (
     ActorCritic,
     activation_fn,
     flat_obs_size,
+    log_prob_and_entropy,
     padded_size,
 )
 from algorithms.common.normalization import RunningMeanStd
@@ -595,8 +596,7 @@ def make_on_policy_trainer(
             x = normalize(p, obs_norm, mb["obs"])
             c = critic_input(p, gs_all[mb["row"]], x) if hp["centralized_critic"] else None
             dist, v = net.apply(params, x, c)
-            logp = dist.log_prob(mb["action"])
-            ent = dist.entropy()
+            logp, ent = log_prob_and_entropy(dist, mb["action"])
             a = mb["advantage"]
             if hp["normalize_advantages"]:
                 mu = gmean(a, mb["mask"])
