@@ -65,7 +65,6 @@ __all__ = [
     "flat_obs_size",
     "log_prob_and_entropy",
     "padded_size",
-    "sample_and_log_prob",
 ]
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -138,25 +137,6 @@ def _categorical_lp_ent_bwd(res, g):
 
 
 _categorical_lp_ent.defvjp(_categorical_lp_ent_fwd, _categorical_lp_ent_bwd)
-
-
-def sample_and_log_prob(dist: Any, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``(x, dist.log_prob(x))`` for a sample ``x`` of ``dist``. Categorical heads draw by
-    inverting the CDF (one uniform per dimension instead of a Gumbel per class) from the
-    same log-softmax that gives the log-prob; other heads call ``sample``/``log_prob``."""
-    if not isinstance(dist, (Categorical, MultiCategorical)):
-        x = dist.sample(key)
-        return x, dist.log_prob(x)
-    single = isinstance(dist, Categorical)
-    logits = dist.logits[..., None, :] if single else dist.logits  # [..., D, K]
-    lp = jax.nn.log_softmax(logits, axis=-1)
-    cdf = jnp.cumsum(jnp.exp(lp), axis=-1)
-    # u < cdf[-1] (the total), so the count stops at the last class with mass
-    u = jax.random.uniform(key, logits.shape[:-1], jnp.float32) * cdf[..., -1]
-    x = jnp.sum(cdf < u[..., None], axis=-1, dtype=jnp.int32)
-    x = jnp.minimum(x, logits.shape[-1] - 1)
-    logp = jnp.sum(_pick(lp, x), axis=-1)
-    return (x[..., 0], logp) if single else (x, logp)
 
 
 def log_prob_and_entropy(dist: Any, x: jax.Array) -> tuple[jax.Array, jax.Array]:

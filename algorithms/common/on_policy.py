@@ -83,7 +83,6 @@ from algorithms.common.networks import (
     flat_obs_size,
     log_prob_and_entropy,
     padded_size,
-    sample_and_log_prob,
 )
 from algorithms.common.normalization import RunningMeanStd
 from algorithms.common.schedules import SCHEDULES, make_schedule
@@ -480,8 +479,8 @@ def make_on_policy_trainer(
 
                 def act_one(x, c, k, p=p):  # one env: x [A_p, O], c [A_p, C] or None
                     dist, value = nets[p].apply(pols[p].params, x, c)
-                    raw, logp = sample_and_log_prob(dist, k)
-                    return raw, logp, value, dist.to_env(raw)
+                    raw = dist.sample(k)
+                    return raw, dist.log_prob(raw), value, dist.to_env(raw)
 
                 raw, logp, value, env_actions[p] = jax.vmap(act_one)(x, c, env_keys(kp, ids))
                 out[p] = {

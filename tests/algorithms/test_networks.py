@@ -366,29 +366,3 @@ def test_log_prob_and_entropy_matches_autodiff(seed, sizes):
     (_, got), g_got = jax.value_and_grad(lambda p: loss(p, True), has_aux=True)(params)
     for a, b in zip(jax.tree.leaves((got, g_got)), jax.tree.leaves((ref, g_ref)), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-5)
-
-
-@pytest.mark.parametrize("sizes", [(4,), (3, 5, 2)])
-def test_sample_and_log_prob_distribution(sizes):
-    """Inverse-CDF sampling draws each class with its probability (chi-square over 40k
-    draws), never a padded class, and returns ``log_prob`` of the draw."""
-    from algorithms.common.networks import ActionHead, sample_and_log_prob
-
-    space = Discrete(sizes[0]) if len(sizes) == 1 else MultiDiscrete(list(sizes))
-    head = ActionHead(ActionSpec.from_space(space))
-    h = jax.random.normal(jax.random.key(0), (1, 6))
-    params = jax.tree.map(lambda p: p * 100.0, head.init(jax.random.key(1), h))
-    dist = head.apply(params, h)
-    n = 40_000
-    keys = jax.random.split(jax.random.key(2), n)
-    x, lp = jax.jit(jax.vmap(lambda k: sample_and_log_prob(dist, k)))(keys)
-    np.testing.assert_allclose(lp, jax.vmap(dist.log_prob)(x), rtol=1e-6, atol=1e-6)
-    x = np.asarray(x).reshape(n, -1)
-    probs = np.exp(np.asarray(jax.nn.log_softmax(dist.logits, -1))).reshape(len(sizes), -1)
-    for d, k in enumerate(sizes):
-        counts = np.bincount(x[:, d], minlength=probs.shape[1])
-        assert counts[k:].sum() == 0  # padded classes never drawn
-        expected = n * probs[d, :k]
-        keep = expected > 5
-        chi2 = float(np.sum((counts[:k][keep] - expected[keep]) ** 2 / expected[keep]))
-        assert chi2 < 3.0 * keep.sum() + 10.0, (d, counts, expected)
