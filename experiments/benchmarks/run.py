@@ -284,37 +284,25 @@ def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
 
     info = device_info()
     records = []
+
+    def tag(**over: Any):  # WarpDrive's Tag config, advnorm preset, 1000 envs × 100 steps
+        return load_config(
+            "tag_continuous",
+            "advnorm",
+            num_envs=1000,
+            num_steps=100,
+            total_env_steps=FLAGS.tag_learning_steps,
+            **over,
+        )
+
     runs = [
         ("ppo_cartpole", load_config("cartpole"), num_seeds, 475.0),
         ("ppo_acrobot", load_config("acrobot"), 1, -100.0),
         ("ddpg_pendulum", load_config("pendulum"), 1, -200.0),
-        (
-            "ppo_tag",
-            load_config(
-                "tag_continuous",
-                "advnorm",
-                num_envs=1000,
-                num_steps=100,
-                total_env_steps=FLAGS.tag_learning_steps,
-            ),
-            1,
-            3.0,
-        ),
+        ("ppo_tag", tag(), 1, 3.0),
         # mixed precision (compute_dtype bfloat16), otherwise the runs above
         ("ppo_cartpole_bf16", load_config("cartpole", **_bf16("agent")), num_seeds, 475.0),
-        (
-            "ppo_tag_bf16",
-            load_config(
-                "tag_continuous",
-                "advnorm",
-                num_envs=1000,
-                num_steps=100,
-                total_env_steps=FLAGS.tag_learning_steps,
-                **_bf16("tagger", "runner"),
-            ),
-            1,
-            3.0,
-        ),
+        ("ppo_tag_bf16", tag(**_bf16("tagger", "runner")), 1, 3.0),
     ]
     unknown = [n for n in FLAGS.learning_runs if n not in {r[0] for r in runs}]
     if unknown:
