@@ -69,3 +69,31 @@ def test_timed_calls_refuse_host_transfers():
     assert first > 0 and len(times) == 2
     with pytest.raises(Exception, match="(?i)disallowed host-to-device"):
         time_compiled(lambda: f(np.ones(3, np.float32)), repeats=1)
+
+
+def test_tag_tagging_evaluated_per_seed():
+    """Two vmapped tiny Tag runs: each seed's trained taggers are evaluated against its
+    own runners (`evaluate_tag_tagging_seeds`), one seed gives the single-run dict."""
+    import jax
+    import numpy as np
+
+    import algorithms
+    import jaxdrive
+    from experiments.benchmarks.training import evaluate_tag_tagging, evaluate_tag_tagging_seeds
+
+    config = load_config("tag_continuous", "tiny")
+    env, params = jaxdrive.make(config.env_name, **dict(config.env_kwargs))
+    trainer = algorithms.make_train(config, env, params)
+    rs, _ = jax.jit(jax.vmap(trainer))(jax.random.split(jax.random.PRNGKey(0), 2))
+    out = evaluate_tag_tagging_seeds(env, params, trainer, rs, 2, num_envs=8)
+    assert len(out["per_seed"]) == 2
+    ratios = [t["ratio"] for t in out["per_seed"]]
+    assert out["ratio_min"] == min(ratios) and np.isclose(out["ratio_mean"], np.mean(ratios))
+    second = jax.tree.map(lambda x: x[1], trainer.get_params(rs))
+    assert out["per_seed"][1] == evaluate_tag_tagging(env, params, trainer, second, 8)
+    one = jax.tree.map(lambda x: x[:1], rs)
+    assert evaluate_tag_tagging_seeds(env, params, trainer, one, 1, num_envs=8) == (
+        evaluate_tag_tagging(
+            env, params, trainer, jax.tree.map(lambda x: x[0], trainer.get_params(rs)), 8
+        )
+    )

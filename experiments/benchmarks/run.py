@@ -44,6 +44,12 @@ flags.DEFINE_integer("num_steps", 100, "steps per timed call")
 flags.DEFINE_integer("repeats", 5, "timed calls (median reported)")
 flags.DEFINE_integer("train_iterations", 5, "iterations per timed training call")
 flags.DEFINE_integer("num_seeds", 8, "vmapped seeds of the CartPole learning run")
+flags.DEFINE_integer(
+    "tag_seeds",
+    1,
+    "vmapped seeds of the Tag learning runs and sweeps (each evaluated)",
+    lower_bound=1,
+)
 flags.DEFINE_string(
     "matmul_precision",
     "",
@@ -277,7 +283,7 @@ def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
     """The learning targets (see the module docstring)."""
     from experiments.benchmarks.timing import device_info
     from experiments.benchmarks.training import (
-        evaluate_tag_tagging,
+        evaluate_tag_tagging_seeds,
         learning_run,
         load_config,
     )
@@ -299,10 +305,10 @@ def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
         ("ppo_cartpole", load_config("cartpole"), num_seeds, 475.0),
         ("ppo_acrobot", load_config("acrobot"), 1, -100.0),
         ("ddpg_pendulum", load_config("pendulum"), 1, -200.0),
-        ("ppo_tag", tag(), 1, 3.0),
+        ("ppo_tag", tag(), FLAGS.tag_seeds, 3.0),
         # mixed precision (compute_dtype bfloat16), otherwise the runs above
         ("ppo_cartpole_bf16", load_config("cartpole", **_bf16("agent")), num_seeds, 475.0),
-        ("ppo_tag_bf16", tag(**_bf16("tagger", "runner")), 1, 3.0),
+        ("ppo_tag_bf16", tag(**_bf16("tagger", "runner")), FLAGS.tag_seeds, 3.0),
     ]
     unknown = [n for n in FLAGS.learning_runs if n not in {r[0] for r in runs}]
     if unknown:
@@ -314,9 +320,8 @@ def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
         rs, trainer, env = out.pop("_runner_state"), out.pop("_trainer"), out.pop("_env")
         out.update(bench="learning", name=name, target=target, **info)
         if name.startswith("ppo_tag"):
-            params = jax_tree_first(trainer.get_params(rs))
             _, env_params = __import__("jaxdrive").make(config.env_name, **dict(config.env_kwargs))
-            out["tagging"] = evaluate_tag_tagging(env, env_params, trainer, params)
+            out["tagging"] = evaluate_tag_tagging_seeds(env, env_params, trainer, rs, seeds)
         records.append(out)
         print(f"learning {name:<14} {json.dumps(out, default=str)}", flush=True)
     return records
@@ -351,9 +356,15 @@ TAG_SWEEP = {
 def run_tag_sweep(variants: list[str]) -> list[dict[str, Any]]:
     """Trains Tag (1000 envs × 100 steps, ``--tag_learning_steps``) once per variant of
     `TAG_SWEEP` and reports runners tagged per episode by trained vs random taggers."""
+    import numpy as np
+
     import jaxdrive
     from experiments.benchmarks.timing import device_info
-    from experiments.benchmarks.training import evaluate_tag_tagging, learning_run, load_config
+    from experiments.benchmarks.training import (
+        evaluate_tag_tagging_seeds,
+        learning_run,
+        load_config,
+    )
 
     unknown = [v for v in variants if v not in TAG_SWEEP]
     if unknown:
@@ -364,15 +375,23 @@ def run_tag_sweep(variants: list[str]) -> list[dict[str, Any]]:
         preset, over = TAG_SWEEP[name]
         config = load_config("tag_continuous", preset, num_envs=1000, num_steps=100, **over)
         config.total_env_steps = FLAGS.tag_learning_steps
-        out = learning_run(config, num_seeds=1)
+        out = learning_run(config, num_seeds=FLAGS.tag_seeds)
         rs, trainer = out.pop("_runner_state"), out.pop("_trainer")
         out.pop("_env")
         env, env_params = jaxdrive.make(config.env_name, **dict(config.env_kwargs))
-        params = jax_tree_first(trainer.get_params(rs))
-        out["tagging"] = evaluate_tag_tagging(env, env_params, trainer, params)
+        out["tagging"] = t = evaluate_tag_tagging_seeds(
+            env, env_params, trainer, rs, FLAGS.tag_seeds
+        )
+        if "per_seed" in t:  # the row below shows the mean; the JSON line has each seed
+            trained = np.mean([s["tags_per_episode_trained_taggers"] for s in t["per_seed"]])
+            rand = np.mean([s["tags_per_episode_random_taggers"] for s in t["per_seed"]])
+            t = {
+                "tags_per_episode_trained_taggers": trained,
+                "tags_per_episode_random_taggers": rand,
+                "ratio": t["ratio_mean"],
+            }
         out.update(bench="tag_sweep", name=name, overrides=over, preset=preset, **info)
         records.append(out)
-        t = out["tagging"]
         print(
             f"tag_sweep {name:<16} trained {t['tags_per_episode_trained_taggers']:6.2f} "
             f"random {t['tags_per_episode_random_taggers']:6.2f} ratio {t['ratio']:5.2f} "
@@ -380,13 +399,6 @@ def run_tag_sweep(variants: list[str]) -> list[dict[str, Any]]:
             flush=True,
         )
     return records
-
-
-def jax_tree_first(tree: Any) -> Any:
-    """The first entry of every leaf's leading (seed) axis."""
-    import jax
-
-    return jax.tree.map(lambda x: x[0], tree)
 
 
 def _row(rec: dict[str, Any]) -> str:

@@ -23,6 +23,7 @@ from experiments.benchmarks.timing import peak_memory_bytes, profile_call, time_
 
 __all__ = [
     "evaluate_tag_tagging",
+    "evaluate_tag_tagging_seeds",
     "learning_run",
     "load_config",
     "time_training",
@@ -119,6 +120,29 @@ def learning_run(config, num_seeds: int = 1, last: int = 5) -> dict[str, Any]:
         "_runner_state": rs,
         "_trainer": trainer,
         "_env": env,
+    }
+
+
+def evaluate_tag_tagging_seeds(
+    env, env_params, trainer, runner_state, num_seeds: int, num_envs: int = 64
+) -> dict[str, Any]:
+    """`evaluate_tag_tagging` for each of ``num_seeds`` vmapped runs in ``runner_state``
+    (leading seed axis): one seed's dict as it is, several as ``per_seed`` with the mean
+    and the smallest trained/random ratio."""
+    params = trainer.get_params(runner_state)
+    per_seed = [
+        evaluate_tag_tagging(
+            env, env_params, trainer, jax.tree.map(lambda x, i=i: x[i], params), num_envs
+        )
+        for i in range(num_seeds)
+    ]
+    if num_seeds == 1:
+        return per_seed[0]
+    ratios = [t["ratio"] for t in per_seed]
+    return {
+        "per_seed": per_seed,
+        "ratio_mean": float(np.mean(ratios)),
+        "ratio_min": float(np.min(ratios)),
     }
 
 
