@@ -417,11 +417,28 @@ class FusedDense(nn.Module):
         return _dense(x, kernel, bias, jnp.dtype(self.dtype), jnp.dtype(out))
 
 
-def _f32_dense(features: int, dtype: Any, **kw: Any) -> nn.Module:
-    """A dense layer computing in ``dtype`` with a float32 result (float32 accumulation)."""
+class _DenseParams(nn.Module):
+    """The parameters of ``nn.Dense(features)`` (same names, shapes and init), returned
+    as ``(kernel [I, F], bias [F])`` for ``in_features = I``, so that several heads can
+    share one GEMM."""
+
+    features: int
+    kernel_init: Callable[..., jax.Array] = nn.initializers.lecun_normal()
+    bias_init: Callable[..., jax.Array] = nn.initializers.zeros
+
+    @nn.compact
+    def __call__(self, in_features: int) -> tuple[jax.Array, jax.Array]:
+        kernel = self.param("kernel", self.kernel_init, (in_features, self.features))
+        return kernel, self.param("bias", self.bias_init, (self.features,))
+
+
+def _affine(x: jax.Array, kernel: jax.Array, bias: jax.Array, dtype: Any) -> jax.Array:
+    """``x [..., I] @ kernel [I, F] + bias`` as float32: as ``nn.Dense`` for float32
+    ``dtype``, else the GEMM in ``dtype`` with float32 accumulation (`FusedDense`)."""
     if jnp.dtype(dtype) == jnp.float32:
-        return nn.Dense(features, **kw)
-    return FusedDense(features, dtype, jnp.float32, **kw)
+        x = x.astype(jnp.float32)
+        return jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ()))) + bias
+    return _dense(x, kernel, bias, jnp.dtype(dtype), jnp.dtype(jnp.float32))
 
 
 class ActionHead(nn.Module):
@@ -435,15 +452,27 @@ class ActionHead(nn.Module):
     dtype: Any = jnp.float32  # GEMM input dtype; outputs are float32 whatever it is
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> Any:
+    def __call__(self, x: jax.Array, extra: tuple[jax.Array, jax.Array] | None = None) -> Any:
+        """The distribution for features ``x [..., H]``. With ``extra = (kernel [H, E],
+        bias [E])`` (another head on the same features, e.g. the value head of a shared
+        torso), one GEMM computes both: returns ``(dist, [..., E])``."""
         spec = self.spec
-        out = _f32_dense(
+        kernel, bias = _DenseParams(
             spec.num_outputs,
-            self.dtype,
             kernel_init=nn.initializers.orthogonal(0.01),
             bias_init=nn.initializers.zeros,
             name="logits" if spec.is_discrete else "mean",
-        )(x)
+        )(x.shape[-1])
+        if extra is None:
+            return self._dist(_affine(x, kernel, bias, self.dtype))
+        kernel = jnp.concatenate([kernel, extra[0].astype(kernel.dtype)], axis=1)
+        bias = jnp.concatenate([bias, extra[1].astype(bias.dtype)])
+        out = _affine(x, kernel, bias, self.dtype)
+        n = spec.num_outputs
+        return self._dist(out[..., :n]), out[..., n:]
+
+    def _dist(self, out: jax.Array) -> Any:
+        spec = self.spec
         if spec.kind == "discrete":
             return Categorical(out)
         if spec.kind == "multi_discrete":
@@ -657,12 +686,12 @@ class ActorCritic(nn.Module):
             self.actor_torso = mlp(in_features=self.obs_features)
             self.critic_torso = mlp(in_features=self.critic_features)
         self.actor_head = ActionHead(self.spec, self.compute_dtype)
-        self.value_head = _f32_dense(
-            1,
-            self.compute_dtype,
-            kernel_init=nn.initializers.orthogonal(1.0),
-            bias_init=nn.initializers.zeros,
+        self.value_head = _DenseParams(
+            1, kernel_init=nn.initializers.orthogonal(1.0), bias_init=nn.initializers.zeros
         )
+
+    def _value_of(self, h: jax.Array) -> jax.Array:
+        return _affine(h, *self.value_head(h.shape[-1]), self.compute_dtype)[..., 0]
 
     def policy(self, obs: jax.Array) -> Any:
         """The action distribution for ``obs: [..., O]``."""
@@ -677,7 +706,7 @@ class ActorCritic(nn.Module):
             h = self.torso(obs)
         else:
             h = self.critic_torso(obs if critic_obs is None else critic_obs)
-        return self.value_head(h)[..., 0]
+        return self._value_of(h)
 
     def __call__(
         self, obs: jax.Array, critic_obs: jax.Array | None = None
@@ -686,5 +715,7 @@ class ActorCritic(nn.Module):
             if critic_obs is not None:
                 raise ValueError("shared_torso cannot be used with a centralised critic input")
             h = self.torso(obs)
-            return self.actor_head(h), self.value_head(h)[..., 0]
+            # one GEMM for the policy heads and the value head ([H, K + 1])
+            dist, value = self.actor_head(h, self.value_head(h.shape[-1]))
+            return dist, value[..., 0]
         return self.policy(obs), self.value(obs, critic_obs)

@@ -366,3 +366,32 @@ def test_log_prob_and_entropy_matches_autodiff(seed, sizes):
     (_, got), g_got = jax.value_and_grad(lambda p: loss(p, True), has_aux=True)(params)
     for a, b in zip(jax.tree.leaves((got, g_got)), jax.tree.leaves((ref, g_ref)), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize(
+    "space", [MultiDiscrete([4, 4]), MultiDiscrete([3, 5]), Box(-1.0, 1.0, (2,))]
+)
+def test_shared_torso_joint_heads_match_separate_heads(space, dtype):
+    """A shared torso computes the policy heads and the value head in one GEMM; the
+    distribution, value and gradients equal those of `policy` and `value` (one GEMM each)."""
+    spec = ActionSpec.from_space(space)
+    net = ActorCritic(spec, (16, 16), "relu", shared_torso=True, compute_dtype=dtype)
+    obs = jax.random.normal(jax.random.key(0), (12, 6))
+    params = net.init(jax.random.key(1), obs)
+    assert set(params["params"]["value_head"]) == {"kernel", "bias"}
+    act = net.apply(params, obs, method="policy").sample(jax.random.key(2))
+
+    def loss(p, joint):
+        if joint:
+            dist, v = net.apply(p, obs)
+        else:
+            dist, v = net.apply(p, obs, method="policy"), net.apply(p, obs, method="value")
+        return jnp.sum(dist.log_prob(act) + 0.3 * v), v
+
+    (_, v1), g1 = jax.value_and_grad(lambda p: loss(p, True), has_aux=True)(params)
+    (_, v0), g0 = jax.value_and_grad(lambda p: loss(p, False), has_aux=True)(params)
+    tol = 1e-5 if dtype == jnp.float32 else 1e-2
+    np.testing.assert_allclose(v1, v0, rtol=tol, atol=tol)
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g0), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
