@@ -120,7 +120,7 @@ def kernel_table(totals: dict[str, tuple[float, int]], top: int) -> list[str]:
 def _run_target(name: str, tiny: bool, trace_dir: str) -> dict[str, Any]:
     import jaxdrive
     from experiments.benchmarks.timing import time_env_steps
-    from experiments.benchmarks.training import load_config, time_training
+    from experiments.benchmarks.training import load_config, set_dotted, time_training
 
     if name.startswith("tag_") and not name.endswith(("a2c", "ppo")):
         shape = {
@@ -158,11 +158,7 @@ def _run_target(name: str, tiny: bool, trace_dir: str) -> dict[str, Any]:
         dotted, sep, literal = item.partition("=")
         if not sep:
             raise ValueError(f"--override wants key=value, got {item!r}")
-        node = config
-        *path, last = dotted.split(".")
-        for part in path:
-            node = node[part]
-        node[last] = ast.literal_eval(literal)
+        set_dotted(config, dotted, ast.literal_eval(literal))
     iters = 1 if tiny else 3
     config.total_env_steps = config.num_envs * config.num_steps * iters * 10
     return time_training(config, iterations=iters, repeats=2, profile_dir=trace_dir)

@@ -26,6 +26,7 @@ __all__ = [
     "evaluate_tag_tagging_seeds",
     "learning_run",
     "load_config",
+    "set_dotted",
     "time_training",
 ]
 
@@ -34,12 +35,17 @@ def load_config(name: str, preset: str = "", **overrides: Any):
     """``experiments/configs/<name>.py``'s config with ``preset`` and dotted overrides."""
     config = importlib.import_module(f"experiments.configs.{name}").get_config(preset)
     for dotted, value in overrides.items():
-        node = config
-        *path, last = dotted.split(".")
-        for part in path:
-            node = node[part]
-        node[last] = value
+        set_dotted(config, dotted, value)
     return config
+
+
+def set_dotted(config, dotted: str, value: Any) -> None:
+    """``config.a.b.c = value`` for ``dotted = "a.b.c"``."""
+    node = config
+    *path, last = dotted.split(".")
+    for part in path:
+        node = node[part]
+    node[last] = value
 
 
 def _build(config):
