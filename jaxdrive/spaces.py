@@ -61,7 +61,12 @@ class Discrete(Space):
         self.dtype = dtype
 
     def sample(self, key: jax.Array, batch_shape: Sequence[int] = ()) -> jax.Array:
-        return jax.random.randint(key, tuple(batch_shape), 0, self.n, dtype=self.dtype)
+        """Draws ``floor(u · n)`` from one float32 uniform ``u`` per sample, as
+        `MultiDiscrete` does: exactly uniform for ``n`` a power of two up to 2^23 (``u``
+        has 23 random bits), else off by at most ``n · 2^-23`` per value. One draw
+        instead of `jax.random.randint`'s two (fewer kernels per env step)."""
+        u = jax.random.uniform(key, tuple(batch_shape))
+        return jnp.minimum(jnp.floor(u * self.n), self.n - 1).astype(self.dtype)
 
     def contains(self, x: Any) -> jax.Array:
         x = jnp.asarray(x)

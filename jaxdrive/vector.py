@@ -27,7 +27,14 @@ from jaxdrive.env import Env
 from jaxdrive.types import TimeStep
 from jaxdrive.wrappers import ResetPool, merge_reset, select_tree
 
-__all__ = ["RolloutResult", "VecEnv", "random_policy", "rollout", "vectorize"]
+__all__ = [
+    "SELECT_RESET_MAX_ENVS",
+    "RolloutResult",
+    "VecEnv",
+    "random_policy",
+    "rollout",
+    "vectorize",
+]
 
 PolicyFn = Callable[[jax.Array, dict[str, jax.Array]], dict[str, jax.Array]]
 
@@ -38,6 +45,11 @@ def _check_count(name: str, value: Any) -> int:
     if int(value) < 1:
         raise ValueError(f"{name} must be >= 1, got {value}")
     return int(value)
+
+
+# "auto" resets by select up to this many envs even where `Env.reset_by_select` is False
+# (CartPole on an H200: select faster at 1e3 envs, the branch faster from 1e4).
+SELECT_RESET_MAX_ENVS = 2048
 
 
 class VecEnv:
@@ -55,8 +67,11 @@ class VecEnv:
     * otherwise the reset is computed under a `lax.cond` on "any env done", so steps
       where no episode ends skip it (but pay a copy of the timestep out of the branch).
 
-    ``reset_mode``: ``"auto"`` (the first way where `Env.reset_by_select`, else the
-    second), ``"select"`` (the first way; needs `Env.observations`) or ``"cond"``.
+    ``reset_mode``: ``"auto"`` (the first way where `Env.reset_by_select`, or where the
+    env has `Env.observations` and ``num_envs <= SELECT_RESET_MAX_ENVS``: at small batches
+    the branch's device-to-host read of its predicate costs more than resetting every
+    env; else the second), ``"select"`` (the first way; needs `Env.observations`) or
+    ``"cond"``.
     """
 
     def __init__(
@@ -132,8 +147,8 @@ class VecEnv:
                         f"actions['{g}'] must have a leading env axis of size {self.num_envs}, "
                         f"got shape {getattr(a, 'shape', None)}"
                     )
-        k_step, k_reset = jax.random.split(key)
-        keys = jax.random.split(k_step, self.num_envs)
+        # one split for the step's and the reset's per-env keys (no scalar split first)
+        keys, r_keys = jax.random.split(key, (2, self.num_envs))
         state, ts = jax.vmap(self.env.step, in_axes=(0, 0, 0, self.params_axis))(
             keys, state, actions, params
         )
@@ -141,10 +156,14 @@ class VecEnv:
             return state, ts
         keep = self.keep_final_obs
         select = self.reset_mode == "select" or (
-            self.reset_mode == "auto" and not keep and self.env.reset_by_select
+            self.reset_mode == "auto"
+            and not keep
+            and (
+                self.env.reset_by_select
+                or (self.env.has_observations and self.num_envs <= SELECT_RESET_MAX_ENVS)
+            )
         )
         if select:
-            r_keys = jax.random.split(k_reset, self.num_envs)
             r_state, r_ts = jax.vmap(self._single_reset, in_axes=(0, self.params_axis))(
                 r_keys, params
             )
@@ -155,7 +174,6 @@ class VecEnv:
 
         def with_reset(operand):
             state, ts = operand
-            r_keys = jax.random.split(k_reset, self.num_envs)
             r_state, r_ts = jax.vmap(self._single_reset, in_axes=(0, self.params_axis))(
                 r_keys, params
             )
@@ -183,7 +201,8 @@ def random_policy(env: Env) -> PolicyFn:
 
     def policy(key: jax.Array, obs: dict[str, jax.Array]) -> dict[str, jax.Array]:
         n = next(iter(obs.values())).shape[0]
-        keys = jax.random.split(key, len(env.groups))
+        # one group: its key as given (a split is a kernel launch of its own per step)
+        keys = [key] if len(env.groups) == 1 else jax.random.split(key, len(env.groups))
         return {
             g: env.action_space(g).sample(k, (n, env.num_agents(g)))
             for g, k in zip(env.groups, keys, strict=True)

@@ -715,7 +715,16 @@ class ActorCritic(nn.Module):
             if critic_obs is not None:
                 raise ValueError("shared_torso cannot be used with a centralised critic input")
             h = self.torso(obs)
-            # one GEMM for the policy heads and the value head ([H, K + 1])
-            dist, value = self.actor_head(h, self.value_head(h.shape[-1]))
+            if jnp.dtype(self.compute_dtype) != jnp.float32:
+                # bfloat16: two GEMMs measured faster than one (H200, Tag A2C: 1.033M vs
+                # 1.025M env steps/s with the joint GEMM padded, 1.007M unpadded)
+                return self.actor_head(h), self._value_of(h)
+            # float32: one GEMM for the policy heads and the value head, its output
+            # zero-padded to a multiple of 8 columns ([H, K + 1 + pad]; the padding is
+            # constant, parameters unchanged): 734K -> 758K env steps/s on Tag A2C
+            kernel, bias = self.value_head(h.shape[-1])
+            pad = -(self.spec.num_outputs + 1) % 8
+            extra = (jnp.pad(kernel, ((0, 0), (0, pad))), jnp.pad(bias, (0, pad)))
+            dist, value = self.actor_head(h, extra)
             return dist, value[..., 0]
         return self.policy(obs), self.value(obs, critic_obs)

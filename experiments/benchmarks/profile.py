@@ -9,7 +9,8 @@ share). On a CPU (no device plane in the trace) it prints the host's XLA ops ins
 Targets: ``tag_k10`` (1000 envs × (10+100), k = 10), ``tag_full`` (same, full
 observation), ``tag_big`` (2000 envs × (5+995), k = 10), ``tag_a2c`` and ``tag_ppo``
 (training, 1000 envs × (10+100), 25 steps, fc 256×256), ``cartpole_a2c`` (10,000 envs ×
-500 steps).
+500 steps), ``cartpole_env`` (CartPole env-only, ``--cartpole_envs`` envs × 1000 steps,
+auto-reset by ``--reset_mode``).
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ flags.DEFINE_integer("top", 25, "kernels to list per target")
 flags.DEFINE_bool("tiny", False, "tiny sizes (CPU check)")
 flags.DEFINE_string("trace_dir", "", "where traces go (default: a temporary folder)")
 flags.DEFINE_bool("auto_reset", True, "env-only targets: auto-reset finished envs")
+flags.DEFINE_integer("cartpole_envs", 1000, "cartpole_env: number of envs")
+flags.DEFINE_enum("reset_mode", "auto", ["auto", "select", "cond"], "cartpole_env: auto-reset mode")
 flags.DEFINE_string("impl", "auto", "Tag neighbour search: auto | jax | pallas")
-flags.DEFINE_bool("hlo", True, "training targets: print the top kernels' HLO instructions")
+flags.DEFINE_bool("hlo", True, "print the top kernels' HLO instructions")
 flags.DEFINE_multi_string(
     "override",
     [],
@@ -41,7 +44,9 @@ flags.DEFINE_multi_string(
     "--override=policies.tagger.shared_torso=True (repeatable)",
 )
 
-TARGETS = ("tag_k10", "tag_full", "tag_big", "tag_a2c", "tag_ppo", "cartpole_a2c")
+TARGETS = (
+    "tag_k10", "tag_full", "tag_big", "tag_a2c", "tag_ppo", "cartpole_a2c", "cartpole_env"
+)  # fmt: skip
 
 
 def summarize_trace(trace_dir: str) -> tuple[str, dict[str, tuple[float, int]]]:
@@ -142,6 +147,13 @@ def _run_target(name: str, tiny: bool, trace_dir: str) -> dict[str, Any]:
         return time_env_steps(
             env, params, n, 10 if tiny else 100, 3, profile_dir=trace_dir,
             auto_reset=FLAGS.auto_reset,
+        )  # fmt: skip
+    if name == "cartpole_env":
+        env, params = jaxdrive.make("CartPole-v1")
+        n = 64 if tiny else FLAGS.cartpole_envs
+        return time_env_steps(
+            env, params, n, 10 if tiny else 1000, 3, profile_dir=trace_dir,
+            reset_mode=FLAGS.reset_mode,
         )  # fmt: skip
     if name in ("tag_a2c", "tag_ppo"):
         config = load_config("tag_continuous", name.split("_")[1] if name == "tag_a2c" else "")

@@ -153,6 +153,7 @@ def time_env_steps(
         "agent_steps_per_s": num_envs * num_steps * agents / med,
         "ms_per_batch_step": 1e3 * med / num_steps,
         "peak_memory_bytes": peak_memory_bytes(),
+        **({"_hlo": compiled.as_text()} if profile_dir else {}),
     }
 
 

@@ -373,8 +373,9 @@ def test_log_prob_and_entropy_matches_autodiff(seed, sizes):
     "space", [MultiDiscrete([4, 4]), MultiDiscrete([3, 5]), Box(-1.0, 1.0, (2,))]
 )
 def test_shared_torso_joint_heads_match_separate_heads(space, dtype):
-    """A shared torso computes the policy heads and the value head in one GEMM; the
-    distribution, value and gradients equal those of `policy` and `value` (one GEMM each)."""
+    """A shared torso computes the policy heads and the value head in one GEMM (float32,
+    padded to 8 columns) or two (bfloat16); the distribution, value and gradients equal
+    those of `policy` and `value` (one GEMM each)."""
     spec = ActionSpec.from_space(space)
     net = ActorCritic(spec, (16, 16), "relu", shared_torso=True, compute_dtype=dtype)
     obs = jax.random.normal(jax.random.key(0), (12, 6))
