@@ -50,6 +50,9 @@ flags.DEFINE_integer(
     "vmapped seeds of the Tag learning runs and sweeps (each evaluated)",
     lower_bound=1,
 )
+flags.DEFINE_integer(
+    "tag_seed", 0, "config seed of the Tag learning runs and sweeps (the vmapped seeds' root)"
+)
 flags.DEFINE_string(
     "matmul_precision",
     "",
@@ -298,6 +301,7 @@ def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
             num_envs=1000,
             num_steps=100,
             total_env_steps=FLAGS.tag_learning_steps,
+            seed=FLAGS.tag_seed,
             **over,
         )
 
@@ -373,7 +377,9 @@ def run_tag_sweep(variants: list[str]) -> list[dict[str, Any]]:
     records = []
     for name in variants:
         preset, over = TAG_SWEEP[name]
-        config = load_config("tag_continuous", preset, num_envs=1000, num_steps=100, **over)
+        config = load_config(
+            "tag_continuous", preset, num_envs=1000, num_steps=100, seed=FLAGS.tag_seed, **over
+        )
         config.total_env_steps = FLAGS.tag_learning_steps
         out = learning_run(config, num_seeds=FLAGS.tag_seeds)
         rs, trainer = out.pop("_runner_state"), out.pop("_trainer")
