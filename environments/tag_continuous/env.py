@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from environments.tag_continuous import full_obs, neighbors
+from environments.tag_continuous import full_obs, knn_obs, neighbors
 from jaxdrive.env import Env
 from jaxdrive.spaces import Box, MultiDiscrete
 from jaxdrive.types import EnvParams, TimeStep
@@ -179,6 +179,14 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         for bit; on an H200 the Pallas kernel differs from ``"gather"`` by at most one
         float32 ulp (6e-8; Triton contracts to FMA) and is the fastest (1000 × (10+100)
         envs: 0.164 vs 0.205 ms per step). Ignored for partial observation.
+      knn_obs_impl: how the partial (k-nearest) observation is assembled from the
+        neighbour lists: ``"auto"`` (the default; ``"xla"`` for now: the kernel has not
+        yet been compiled or timed on a GPU), ``"xla"`` (the original
+        gather/transpose/concatenate form) or ``"pallas"`` (a kernel writing each group's
+        rows once in their final layout, `environments.tag_continuous.knn_obs`;
+        interpret mode off GPU; experimental). Same values bit for bit on the CPU
+        (tests); on GPU expected within one float32 ulp, to be checked by
+        `experiments.benchmarks.knn_obs_probe`. Ignored for full observation.
 
     Groups: ``"tagger"`` (``T`` agents, the tagger ids in increasing order) and
     ``"runner"`` (the other ids, increasing). Agent type: tagger 1, runner 0.
@@ -249,6 +257,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
     tagger_ids: tuple[int, ...] | None = None
     impl: str = "auto"
     full_obs_impl: str = "auto"
+    knn_obs_impl: str = "auto"
 
     def __post_init__(self) -> None:
         def count(name: str, lo: int) -> int:
@@ -287,6 +296,11 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             raise ValueError(
                 f"TagContinuous: full_obs_impl must be one of {('auto', *full_obs.IMPLS)}, "
                 f"got {self.full_obs_impl!r}"
+            )
+        if self.knn_obs_impl not in ("auto", *knn_obs.IMPLS):
+            raise ValueError(
+                f"TagContinuous: knn_obs_impl must be one of {('auto', *knn_obs.IMPLS)}, "
+                f"got {self.knn_obs_impl!r}"
             )
         ids = self.tagger_ids
         if ids is None:
@@ -383,6 +397,12 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         gpu = jax.default_backend() == "gpu"
         return "pallas" if gpu and self._resolved_impl() == "pallas" else "gather"
 
+    def _resolved_knn_obs_impl(self) -> str:
+        # "auto" stays on the XLA form until the kernel has been compiled and timed on a
+        # GPU (written without one: see experiments/benchmarks/NOTES.md); then "auto"
+        # should pick "pallas" on GPU when the search runs the Pallas kernels.
+        return "xla" if self.knn_obs_impl == "auto" else self.knn_obs_impl
+
     def _search_module(self):
         """The module providing ``nearest_k``/``nearest_tagger`` and the kwargs to pass."""
         if self._resolved_impl() == "pallas":
@@ -434,26 +454,58 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         lo, hi = (0, m) if rows is None else rows
         if self.use_full_observation:
             return self._observe_full(state, params, range(lo, hi))
+        idx, valid = self._nearest_k(state)
+        return self._observe_knn(state, params, range(lo, hi), idx, valid)
+
+    def _nearest_k(self, state: TagState) -> tuple[jax.Array, jax.Array]:
+        """The neighbour lists of all agents: ``idx, valid [M, k]`` (see `neighbors`)."""
+        search, kw = self._search_module()
+        k = self.num_other_agents_observed
+        return search.nearest_k(state.x, state.y, state.in_game, k, **kw)
+
+    def _observe_knn(
+        self,
+        state: TagState,
+        params: TagContinuousParams,
+        rows: Sequence[int],
+        idx: jax.Array,
+        valid: jax.Array,
+        *,
+        alone: bool = True,
+        **options: Any,
+    ) -> jax.Array:
+        """Partial observations of the agent ids ``rows`` (static, any order) from the
+        neighbour lists ``idx, valid [M, k]``: ``[n, 7k+1]`` float32, by `knn_obs` with
+        ``knn_obs_impl`` (``options``: `knn_obs.knn_obs_pallas`'s block options, for
+        the benchmarks; ignored by the XLA form).
+
+        The Pallas form is told whether XLA compiles the original's division by the scale
+        into a multiplication by its reciprocal (as in `_observe_full`), so they agree.
+        One case takes the XLA form instead: a single row with ``k = 1`` that the XLA
+        path would build ``alone`` (not as part of all ``M`` rows, as it does for groups
+        of non-contiguous ids). There the original divides by an un-broadcast
+        ``[1, 7, 1]`` scale, which XLA on the CPU divides or multiplies by the reciprocal
+        depending on the context (`jax.vmap` with shared params adds a broadcast), so no
+        fixed choice would match it bit for bit (and 8 values per env are not worth a
+        kernel launch).
+        """
+        form = self._resolved_knn_obs_impl()
+        if form == "pallas" and alone and len(rows) * self.num_other_agents_observed == 1:
+            form = "xla"
+        kw = {}
+        if form == "pallas":
+            constant = _concrete(params.grid_length) and _concrete(params.max_speed)
+            kw["reciprocal"] = full_obs.reference_uses_reciprocal(constant)
+            kw["interpret"] = jax.default_backend() != "gpu"
+            kw.update(options)
         p = self._f32(params)
         diag = p.grid_length * _SQRT2
         ms = p.max_speed + _EPS
-        g = state.in_game
-        gf = g.astype(jnp.float32)
-        feats = self._features(state)  # [7, M]
-        relative = np.array([1, 1, 1, 1, 1, 0, 0], np.float32)[None, :, None]  # [1, 7, 1]
         one = jnp.float32(1.0)
-        scale = jnp.stack([diag, diag, ms, ms, jnp.float32(_TWO_PI), one, one])[None, :, None]
-        own = feats[:, lo:hi].T[:, :, None]  # [n, 7, 1]
-        g_own = gf[lo:hi][:, None, None]  # [n, 1, 1]
+        scale = jnp.stack([diag, diag, ms, ms, jnp.float32(_TWO_PI), one, one])  # [7]
         time = state.t.astype(jnp.float32) / jnp.float32(self.episode_length)
-        search, kw = self._search_module()
-        k = self.num_other_agents_observed
-        idx, valid = search.nearest_k(state.x, state.y, g, k, **kw)  # [M, k]
-        mask = (valid[lo:hi] & g[lo:hi, None]).astype(jnp.float32)[:, None, :]  # [n,1,k]
-        other = jnp.transpose(feats[:, idx[lo:hi]], (1, 0, 2))  # [n, 7, k]
-        out = (other - own * relative) / scale * mask  # [n, 7, k]
-        n = hi - lo
-        return jnp.concatenate([out.reshape(n, -1), (time * g_own[:, 0])], axis=1)
+        feats = self._features(state)  # [7, M]
+        return knn_obs.knn_obs(form, feats, idx, valid, rows, scale, state.in_game, time, **kw)
 
     def _features(self, state: TagState) -> jax.Array:
         """``[7, M]``: x, y, speed, acceleration, direction (the five relative features),
@@ -497,11 +549,18 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         if self.use_full_observation and self._resolved_full_obs_impl() != "gather":
             # one-pass forms (`full_obs`): each group's rows directly, any ids.
             return {g: self._observe_full(state, params, i) for g, i in ids.items()}
-        elif contiguous and not self.use_full_observation:
-            # k-nearest with contiguous groups (the default): each group's rows directly
-            # (measured faster on an H200; for full observation by "gather" one [M, D] pass
-            # then slicing measured faster: 0.56 vs 0.78 ms per step of 1000 × (10+100) envs)
-            return {g: self.observe(state, params, (i[0], i[0] + len(i))) for g, i in ids.items()}
+        elif not self.use_full_observation and (
+            contiguous or self._resolved_knn_obs_impl() == "pallas"
+        ):
+            # k-nearest with contiguous groups (the default) or the Pallas form: one search,
+            # then each group's rows directly (measured faster on an H200; for full
+            # observation by "gather" one [M, D] pass then slicing measured faster: 0.56 vs
+            # 0.78 ms per step of 1000 × (10+100) envs)
+            idx, valid = self._nearest_k(state)
+            return {
+                g: self._observe_knn(state, params, i, idx, valid, alone=contiguous)
+                for g, i in ids.items()
+            }
         else:
             return self.split_groups(self.observe(state, params))
 

@@ -50,6 +50,12 @@ flags.DEFINE_integer(
     "vmapped seeds of the Tag learning runs and sweeps (each evaluated)",
     lower_bound=1,
 )
+flags.DEFINE_enum(
+    "tag_knn_obs_impl",
+    "auto",
+    ["auto", "xla", "pallas"],
+    "TagContinuous knn_obs_impl of the Tag env and train suites (k-nearest observation)",
+)
 flags.DEFINE_integer(
     "tag_seed", 0, "config seed of the Tag learning runs and sweeps (the vmapped seeds' root)"
 )
@@ -121,7 +127,7 @@ TAG_CONFIGS = {
 CLASSIC_SIZES = {"classic": [1_000, 10_000, 100_000, 1_000_000], "quick": [64]}
 
 
-def make_tag(taggers: int, runners: int, full: bool, k: int, impl: str):
+def make_tag(taggers: int, runners: int, full: bool, k: int, impl: str, knn_obs_impl: str = "auto"):
     """The WarpDrive-config TagContinuous with the given counts (via the registry)."""
     import jaxdrive
 
@@ -132,14 +138,21 @@ def make_tag(taggers: int, runners: int, full: bool, k: int, impl: str):
         use_full_observation=full,
         num_other_agents_observed=k,
         impl=impl,
+        knn_obs_impl=knn_obs_impl,
     )
     return jaxdrive.make("tag_continuous", **kw)
 
 
 def run_suite(
-    suite: str, num_steps: int, repeats: int, impls: list[str], reset_mode: str = "auto"
+    suite: str,
+    num_steps: int,
+    repeats: int,
+    impls: list[str],
+    reset_mode: str = "auto",
+    knn_obs_impl: str = "auto",
 ) -> list[dict[str, Any]]:
-    """Runs one suite; returns its records (also used by the tests at tiny sizes)."""
+    """Runs one suite; returns its records (also used by the tests at tiny sizes).
+    ``knn_obs_impl``: the Tag envs' (see `TagContinuous`)."""
     import jaxdrive
     from experiments.benchmarks.timing import device_info, time_env_steps
 
@@ -147,7 +160,7 @@ def run_suite(
     records = []
     for n, t, r, full, k in TAG_CONFIGS.get(suite, []):
         for impl in impls:
-            env, params = make_tag(t, r, full, k, impl)
+            env, params = make_tag(t, r, full, k, impl, knn_obs_impl)
             rec = time_env_steps(env, params, n, num_steps, repeats)
             rec.update(
                 bench="tag_continuous_env",
@@ -156,6 +169,7 @@ def run_suite(
                 num_runners=r,
                 use_full_observation=full,
                 num_other_agents_observed=k,
+                knn_obs_impl=knn_obs_impl,
                 **info,
             )
             records.append(rec)
@@ -219,7 +233,9 @@ TRAIN_CONFIGS = {
 }
 
 
-def run_train_suite(suite: str, iterations: int, repeats: int) -> list[dict[str, Any]]:
+def run_train_suite(
+    suite: str, iterations: int, repeats: int, knn_obs_impl: str = "auto"
+) -> list[dict[str, Any]]:
     """Training throughput records of ``suite``."""
     import jax
 
@@ -230,11 +246,15 @@ def run_train_suite(suite: str, iterations: int, repeats: int) -> list[dict[str,
     records = []
     for name, cfg, preset, over in TRAIN_CONFIGS.get(suite, []):
         config = load_config(cfg, preset, **over)
+        if cfg == "tag_continuous":
+            config.env_kwargs.knn_obs_impl = knn_obs_impl
         config.total_env_steps = max(
             config.total_env_steps, config.num_envs * config.num_steps * iterations
         )
         rec = time_training(config, iterations=iterations, repeats=repeats)
         rec.update(bench="train", name=name, **info)
+        if cfg == "tag_continuous":
+            rec["knn_obs_impl"] = knn_obs_impl
         records.append(rec)
         print(
             f"train {name:<18} {jax.config.jax_default_matmul_precision or 'default':<14} "
@@ -480,12 +500,17 @@ def compare(records: list[dict[str, Any]], anchors: list[dict[str, Any]]) -> lis
 def main(argv: list[str]) -> None:
     del argv
     impls = [s for s in FLAGS.impls.split(",") if s]
-    records = run_suite(FLAGS.suite, FLAGS.num_steps, FLAGS.repeats, impls, FLAGS.reset_mode)
+    records = run_suite(
+        FLAGS.suite, FLAGS.num_steps, FLAGS.repeats, impls, FLAGS.reset_mode,
+        FLAGS.tag_knn_obs_impl,
+    )  # fmt: skip
     import jax
 
     for precision in FLAGS.matmul_precision.split(",") if FLAGS.matmul_precision else [""]:
         with jax.default_matmul_precision(precision or None):
-            recs = run_train_suite(FLAGS.suite, FLAGS.train_iterations, FLAGS.repeats)
+            recs = run_train_suite(
+                FLAGS.suite, FLAGS.train_iterations, FLAGS.repeats, FLAGS.tag_knn_obs_impl
+            )
         for rec in recs:
             rec["matmul_precision"] = precision or "default"
         records += recs

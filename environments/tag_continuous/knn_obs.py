@@ -1,0 +1,300 @@
+"""TagContinuous's k-nearest (partial) observation, built from the neighbour lists.
+
+Given the neighbour search's ``idx, valid [M, k]`` (`neighbors.nearest_k` or
+`kernels.nearest_k`, brute or sorted: any ``idx`` in ``[0, M)``), agent ``i`` observes,
+feature-major (for each of the 7 features ``f``, its ``k`` neighbour slots ``s``)::
+
+    out[i, f·k + s] = (feats[f, idx[i, s]] − feats[f, i]·rel_f) / scale[f] · mask[i, s]
+    out[i, 7k]      = time · g[i]
+
+with ``rel_f = 1`` for the five relative features ``f < 5`` (0 for type and in-game),
+``g = in_game`` as 1.0/0.0 and ``mask = valid & in_game[i]`` (0 or 1): an agent out of
+the game sees zeros, and so does an empty slot (``valid = False``; the search pads those
+with ``idx = i``).
+
+Dimension letters: ``M`` agents, ``k`` neighbours, ``n`` rows asked for (agents
+observing), ``D = 7k+1`` values per observation, ``B`` output elements per Pallas program.
+
+Two forms, same values:
+
+* `knn_obs_xla`: the env's original formula (the reference): a gather ``feats[:, idx]``
+  ``[7, n, k]``, a transpose, the arithmetic, a reshape and the concatenation of the
+  time column. On an H200 (1000 envs × (10+100) agents, ``k = 10``) XLA spends about
+  50 µs per step on it (the gather fused into the concatenation alone 35 µs for the
+  runners' 28 MB, against ~7 µs to write them).
+* `knn_obs_pallas`: a Pallas (Triton) kernel writing the ``[n, D]`` rows once, in their
+  final layout. The output is seen as a flat ``[n·D]`` vector cut into blocks of ``B``
+  consecutive elements (no padding lanes, coalesced stores, the tail masked); element
+  ``e`` is row ``r = e // D``, column ``c = e % D``, feature ``f = c // k``, slot ``s =
+  c % k``. Each element loads its slot's neighbour code (`_encode`: ``idx`` and
+  ``valid`` in one int32), then gathers ``feats[f, j]``, ``feats[f, i]``, ``g[i]`` and
+  the scale from the env's ``7M + M + 7`` floats (L1/L2 resident). Interpret mode off
+  GPU. All its loads are pointer-style gathers from 1-D refs with computed int32 index
+  arrays and the store is a masked block store, the constructs of
+  `environments.tag_continuous.full_obs`'s kernel.
+
+Division and bit-exactness: as documented in `environments.tag_continuous.full_obs`, XLA
+compiles the reference's division by the broadcast scale into a multiplication by its
+reciprocal on the CPU, and wherever the scale is a compile-time constant; otherwise it
+divides. The kernel is told which (``reciprocal``, see
+`full_obs.reference_uses_reciprocal`): it multiplies by ``1/scale`` (computed by XLA
+outside the kernel), or divides with ``div.rn.f32`` on GPU (Triton's own ``/`` is
+approximate). The other operations are exact or single roundings in the same order
+(``feats·rel_f`` and ``·mask`` multiply by 0 or 1), so the forms agree bit for bit on the
+CPU (``−0.0`` included), which the tests check in interpret mode;
+`experiments.benchmarks.knn_obs_probe` checks them on the GPU. One exception: with one
+row and ``k = 1`` the reference's scale ``[1, 7, 1]`` needs no broadcast, and XLA on the
+CPU then divides unless a `jax.vmap` with shared params adds one; so the env builds that
+case with the XLA form (`TagContinuous._observe_knn`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pl_triton
+
+from environments.tag_continuous.full_obs import (
+    NUM_FEATURES,
+    NUM_RELATIVE,
+    _check_block,
+    _div_rn,
+    _next_pow2,
+    _own,
+    _row_ids,
+    reference_uses_reciprocal,
+)
+
+__all__ = [
+    "DEFAULT_BLOCK",
+    "IMPLS",
+    "knn_obs",
+    "knn_obs_pallas",
+    "knn_obs_xla",
+    "obs_size",
+]
+
+#: The implementations `knn_obs` dispatches to.
+IMPLS = ("xla", "pallas")
+#: Default output elements per Pallas program (capped at the next power of two of ``n·D``).
+DEFAULT_BLOCK = 1024
+
+_RELATIVE = np.array([1] * NUM_RELATIVE + [0] * (NUM_FEATURES - NUM_RELATIVE), np.float32)
+
+
+def obs_size(k: int) -> int:
+    """``D = 7k+1`` values per observation of ``k`` neighbours."""
+    return NUM_FEATURES * int(k) + 1
+
+
+def _check(
+    feats: jax.Array, idx: jax.Array, valid: jax.Array, scale: jax.Array, in_game: jax.Array
+) -> tuple[int, int]:
+    """Validates the shapes; returns ``(M, k)``."""
+    if feats.ndim != 2 or feats.shape[0] != NUM_FEATURES or feats.shape[1] < 1:
+        raise ValueError(f"feats must be [{NUM_FEATURES}, M] with M >= 1, got {feats.shape}")
+    m = feats.shape[1]
+    if idx.ndim != 2 or idx.shape[0] != m or idx.shape[1] < 1:
+        raise ValueError(f"idx must be [M, k] = [{m}, k] with k >= 1, got {idx.shape}")
+    if valid.shape != idx.shape:
+        raise ValueError(f"valid must have idx's shape {idx.shape}, got {valid.shape}")
+    if valid.dtype != jnp.bool_:
+        raise ValueError(f"valid must be bool, got {valid.dtype}")
+    if not jnp.issubdtype(idx.dtype, jnp.integer):
+        raise ValueError(f"idx must be integer, got {idx.dtype}")
+    if scale.shape != (NUM_FEATURES,):
+        raise ValueError(f"scale must be [{NUM_FEATURES}], got {scale.shape}")
+    if in_game.shape != (m,) or in_game.dtype != jnp.bool_:
+        raise ValueError(f"in_game must be bool [M] = [{m}], got {in_game.dtype}{in_game.shape}")
+    return m, idx.shape[1]
+
+
+# ------------------------------------------------------------------------------------ xla
+def knn_obs_xla(
+    feats: jax.Array,
+    idx: jax.Array,
+    valid: jax.Array,
+    rows: Sequence[int],
+    scale: jax.Array,
+    in_game: jax.Array,
+    time: jax.Array,
+) -> jax.Array:
+    """The original form (the reference): ``[n, 7k+1]`` float32.
+
+    Args:
+      feats: ``[7, M]`` float32: x, y, speed, acceleration, direction, type, in-game.
+      idx: ``[M, k]`` int32 neighbour ids in ``[0, M)`` (the search's, all agents).
+      valid: ``[M, k]`` bool, which slots hold a neighbour.
+      rows: static agent ids observing (``n`` of them), e.g. ``range(lo, hi)``.
+      scale: ``[7]`` float32 divisors of the features (1 for type and in-game).
+      in_game: ``[M]`` bool.
+      time: ``[]`` float32, ``t/E``.
+    """
+    m, k = _check(feats, idx, valid, scale, in_game)
+    ids, lo = _row_ids(rows, m)
+    n = ids.size
+    relative = _RELATIVE[None, :, None]  # [1, 7, 1]
+    own = _own(feats, ids, lo).T[:, :, None]  # [n, 7, 1]
+    g_own = _own(in_game.astype(jnp.float32), ids, lo)[:, None, None]  # [n, 1, 1]
+    idx_r = idx[lo : lo + n] if lo is not None else idx[ids]  # [n, k]
+    valid_r = valid[lo : lo + n] if lo is not None else valid[ids]
+    mask = (valid_r & _own(in_game, ids, lo)[:, None]).astype(jnp.float32)[:, None, :]
+    other = jnp.transpose(feats[:, idx_r], (1, 0, 2))  # [n, 7, k]
+    out = (other - own * relative) / scale[None, :, None] * mask  # [n, 7, k]
+    return jnp.concatenate([out.reshape(n, -1), (time * g_own[:, 0])], axis=1)
+
+
+# --------------------------------------------------------------------------------- pallas
+def _encode(idx: jax.Array, valid: jax.Array) -> jax.Array:
+    """``idx`` where ``valid``, else ``−1 − idx`` (negative): both in one int32 ``[M·k]``."""
+    idx = idx.astype(jnp.int32)
+    return jnp.where(valid, idx, -1 - idx).reshape(-1)
+
+
+def _knn_obs_kernel(
+    feats_ref, code_ref, scale_ref, g_ref, time_ref, *refs, m, k, n, lo, block, reciprocal,
+    interpret,
+):  # fmt: skip
+    """One block of ``B`` consecutive elements of one env's flat ``[n·D]`` observations.
+
+    ``feats_ref [7M]`` flat features, ``code_ref [M·k]`` neighbour codes (`_encode`),
+    ``scale_ref [7]`` (the scale, or ``1/scale`` with ``reciprocal``), ``g_ref [M]`` (in
+    game, 1.0/0.0),
+    ``time_ref [1]``, optional ``ids_ref [n]`` (rows not contiguous), ``out_ref [n·D]``.
+    """
+    if lo is None:
+        ids_ref, out_ref = refs
+    else:
+        (out_ref,) = refs
+    d = obs_size(k)
+    total = n * d
+    e0 = pl.program_id(0) * block
+    e = e0 + lax.broadcasted_iota(jnp.int32, (block,), 0)  # [B] flat element
+    inside = e < total
+    ec = jnp.minimum(e, total - 1)  # loads stay in range past the end
+    r = lax.div(ec, jnp.int32(d))  # row (non-negative: truncation = floor)
+    c = ec - r * d  # column
+    f = lax.div(c, jnp.int32(k))  # feature, 7 in the time column
+    s = c - f * k  # slot (0 in the time column)
+    fc = jnp.minimum(f, NUM_FEATURES - 1)
+    i = ids_ref[r] if lo is None else r + lo  # the observing agent
+    code = code_ref[i * k + s]
+    ok = code >= 0
+    j = jnp.clip(jnp.where(ok, code, -1 - code), 0, m - 1)  # the neighbour
+    other = feats_ref[fc * m + j]
+    own = feats_ref[fc * m + i]
+    g_own = g_ref[i]
+    sc = scale_ref[fc]
+    rel = (f < NUM_RELATIVE).astype(jnp.float32)
+    mask = jnp.where(ok, g_own, jnp.float32(0.0))  # valid & in_game[i], as 1.0 / 0.0
+    diff = other - own * rel
+    if reciprocal:
+        q = diff * sc
+    elif interpret:
+        q = diff / sc
+    else:
+        q = _div_rn(diff, sc)
+    val = jnp.where(f == NUM_FEATURES, time_ref[0] * g_own, q * mask)
+    pl_triton.store(out_ref.at[pl.ds(e0, block)], val, mask=inside)
+
+
+def knn_obs_pallas(
+    feats: jax.Array,
+    idx: jax.Array,
+    valid: jax.Array,
+    rows: Sequence[int],
+    scale: jax.Array,
+    in_game: jax.Array,
+    time: jax.Array,
+    *,
+    reciprocal: bool | None = None,
+    block_size: int | None = None,
+    num_warps: int | None = None,
+    interpret: bool | None = None,
+) -> jax.Array:
+    """The Pallas (Triton) kernel: ``[n, 7k+1]`` float32, written once in its final layout.
+
+    Arguments as `knn_obs_xla`, and:
+      reciprocal: multiply by ``1/scale`` (computed by XLA outside the kernel) instead of
+        dividing (``div.rn.f32`` on GPU); ``None``: as XLA compiles the reference for a
+        traced scale (`full_obs.reference_uses_reciprocal`).
+      block_size: output elements per program ``B``, a power of two (default
+        ``min(DEFAULT_BLOCK, next_pow2(n·D))``); grid ``ceil(n·D / B)`` per env (Pallas
+        prepends the env axis under `jax.vmap`).
+      num_warps: Triton warps (default ``max(1, min(4, B // 256))``).
+      interpret: Pallas interpret mode; ``None``: only when the default backend is CPU.
+    """
+    m, k = _check(feats, idx, valid, scale, in_game)
+    ids, lo = _row_ids(rows, m)
+    n, d = ids.size, obs_size(k)
+    total = n * d
+    interpret = jax.default_backend() == "cpu" if interpret is None else bool(interpret)
+    block = _check_block(
+        "block_size",
+        min(DEFAULT_BLOCK, _next_pow2(total)) if block_size is None else block_size,
+    )
+    warps = max(1, min(4, block // 256)) if num_warps is None else int(num_warps)
+    reciprocal = reference_uses_reciprocal(False) if reciprocal is None else bool(reciprocal)
+    scale = scale.astype(jnp.float32)
+    if reciprocal:
+        scale = jnp.float32(1.0) / scale
+    args = [
+        feats.astype(jnp.float32).reshape(-1),
+        _encode(idx, valid),
+        scale,
+        in_game.astype(jnp.float32),
+        jnp.reshape(time, (1,)).astype(jnp.float32),
+    ]
+    if lo is None:
+        args.append(jnp.asarray(ids))
+    kernel = functools.partial(
+        _knn_obs_kernel,
+        m=m,
+        k=k,
+        n=n,
+        lo=lo,
+        block=block,
+        reciprocal=reciprocal,
+        interpret=interpret,
+    )
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((total,), jnp.float32),
+        grid=(pl.cdiv(total, block),),
+        compiler_params=pl_triton.CompilerParams(num_warps=warps, num_stages=1),
+        cost_estimate=pl.CostEstimate(
+            flops=int(5 * total),
+            transcendentals=0,
+            bytes_accessed=int(4 * (total + n * k + 8 * m + 8)),
+        ),
+        interpret=interpret,
+        name="tag_knn_obs",
+    )(*args)
+    return out.reshape(n, d)
+
+
+# ------------------------------------------------------------------------------- dispatch
+def knn_obs(
+    impl: str,
+    feats: jax.Array,
+    idx: jax.Array,
+    valid: jax.Array,
+    rows: Sequence[int],
+    scale: jax.Array,
+    in_game: jax.Array,
+    time: jax.Array,
+    **kwargs,
+) -> jax.Array:
+    """``knn_obs_<impl>(feats, idx, valid, rows, scale, in_game, time, **kwargs)``:
+    ``[n, 7k+1]``; ``impl`` in `IMPLS` (``kwargs``: `knn_obs_pallas`'s options)."""
+    if impl == "xla":
+        return knn_obs_xla(feats, idx, valid, rows, scale, in_game, time)
+    if impl == "pallas":
+        return knn_obs_pallas(feats, idx, valid, rows, scale, in_game, time, **kwargs)
+    raise ValueError(f"knn_obs impl must be one of {IMPLS}, got {impl!r}")

@@ -1,0 +1,348 @@
+"""TagContinuous's k-nearest observation forms (`environments.tag_continuous.knn_obs`).
+
+The Pallas kernel (interpret mode on the CPU) and the XLA form must give the original
+partial ``observe()`` output bit for bit (``-0.0`` included): both groups (contiguous or
+not), agents out of the game, fewer in-game others than ``k`` (padding), several ``k``,
+params traced or compile-time constants, under `jax.vmap` (shared or per-env params),
+inside env steps and rollouts, and from the neighbour lists of every search (plain JAX,
+the brute-force and the sorted Pallas kernels) or arbitrary ones.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxdrive
+from environments.tag_continuous import (
+    TagContinuous,
+    TagContinuousParams,
+    TagState,
+    kernels,
+    neighbors,
+)
+from environments.tag_continuous import knn_obs as ko
+
+ENVS = {
+    "3+5_k2": dict(num_taggers=3, num_runners=5, episode_length=9, num_other_agents_observed=2),
+    "4+20_k10": dict(
+        num_taggers=4, num_runners=20, episode_length=30, num_other_agents_observed=10
+    ),
+    "ids_2+6_k4": dict(
+        num_taggers=2,
+        num_runners=6,
+        episode_length=7,
+        tagger_ids=(5, 1),
+        num_other_agents_observed=4,
+    ),
+    "one_1+2_k1": dict(num_taggers=1, num_runners=2, episode_length=5, num_other_agents_observed=1),
+    "stay_1+3_k1": dict(
+        num_taggers=1,
+        num_runners=3,
+        episode_length=6,
+        tagger_ids=(2,),
+        runner_exits_game_after_tagged=False,
+        num_other_agents_observed=1,
+    ),
+}
+
+
+def _env(name: str, form: str = "xla") -> TagContinuous:
+    return TagContinuous(**ENVS[name], impl="jax", knn_obs_impl=form)
+
+
+def _bits(x) -> np.ndarray:
+    a = np.asarray(x)
+    return a.view(np.uint32) if a.dtype == np.float32 else a
+
+
+def _assert_bitwise(a, b, what: str) -> None:
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert jax.tree.structure(a) == jax.tree.structure(b), what
+    for x, y in zip(la, lb, strict=True):
+        assert np.asarray(x).shape == np.asarray(y).shape, what
+        bad = _bits(x) != _bits(y)
+        if np.any(bad):
+            idx = tuple(np.argwhere(bad)[0])
+            raise AssertionError(
+                f"{what}: {int(bad.sum())} elements differ, first at {idx}: "
+                f"{np.asarray(x)[idx]!r} vs {np.asarray(y)[idx]!r}"
+            )
+
+
+def _observe_original(env: TagContinuous, state: TagState, params, lo: int, hi: int):
+    """The partial observation exactly as `TagContinuous.observe` computed it before the
+    `knn_obs` module existed (a frozen copy: the reference of both forms)."""
+    p = jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), params)
+    diag = p.grid_length * np.float32(np.sqrt(2.0))
+    ms = p.max_speed + np.float32(1e-10)
+    g = state.in_game
+    gf = g.astype(jnp.float32)
+    feats = jnp.stack(
+        [state.x, state.y, state.speed, state.acceleration, state.direction]
+        + [jnp.asarray(env.is_tagger, jnp.float32), gf]
+    )
+    relative = np.array([1, 1, 1, 1, 1, 0, 0], np.float32)[None, :, None]
+    one = jnp.float32(1.0)
+    two_pi = jnp.float32(np.float32(2.0 * np.pi))
+    scale = jnp.stack([diag, diag, ms, ms, two_pi, one, one])[None, :, None]
+    own = feats[:, lo:hi].T[:, :, None]
+    g_own = gf[lo:hi][:, None, None]
+    time = state.t.astype(jnp.float32) / jnp.float32(env.episode_length)
+    k = env.num_other_agents_observed
+    idx, valid = neighbors.nearest_k(state.x, state.y, g, k)
+    mask = (valid[lo:hi] & g[lo:hi, None]).astype(jnp.float32)[:, None, :]
+    other = jnp.transpose(feats[:, idx[lo:hi]], (1, 0, 2))
+    out = (other - own * relative) / scale * mask
+    return jnp.concatenate([out.reshape(hi - lo, -1), (time * g_own[:, 0])], axis=1)
+
+
+def _random_state(rng: np.random.Generator, env: TagContinuous, L: float, frac: float):
+    """Positions uniform in ``[0, L]²``, about ``frac`` of the agents in the game (the
+    taggers always), an exact duplicate position (zero differences, ``-0.0``)."""
+    m = env.num_agents_total
+    in_game = rng.uniform(size=m) < frac
+    in_game[list(env.tagger_ids)] = True
+    f = lambda lo, hi: rng.uniform(lo, hi, m).astype(np.float32)
+    x, y = f(0, L), f(0, L)
+    j = rng.integers(1, m)
+    x[j], y[j] = x[0], y[0]
+    return TagState(
+        x=jnp.asarray(x),
+        y=jnp.asarray(y),
+        speed=jnp.asarray(f(0, 1) * in_game),
+        direction=jnp.asarray(f(0, 2 * np.pi) * in_game),
+        acceleration=jnp.asarray(f(-1, 1) * in_game),
+        in_game=jnp.asarray(in_game),
+        t=jnp.int32(rng.integers(0, env.episode_length)),
+    )
+
+
+def _params(rng: np.random.Generator) -> TagContinuousParams:
+    return TagContinuousParams(
+        grid_length=float(rng.uniform(0.5, 20.0)), max_speed=float(rng.uniform(0.1, 3.0))
+    )
+
+
+def _original_observations(env: TagContinuous, state: TagState, params):
+    """``{group: [A_g, D]}`` as the original `TagContinuous.observations` built them: each
+    group's rows alone when the groups' ids are contiguous, else all rows then split
+    (it matters for one row with ``k = 1``, see `TagContinuous._observe_knn`)."""
+    ids = {g: env.group_ids(g) for g in env.groups}
+    if all(i == tuple(range(i[0], i[0] + len(i))) for i in ids.values()):
+        return {
+            g: _observe_original(env, state, params, i[0], i[0] + len(i)) for g, i in ids.items()
+        }
+    full = _observe_original(env, state, params, 0, env.num_agents_total)
+    return {g: full[np.asarray(i)] for g, i in ids.items()}
+
+
+@functools.cache
+def _original_jit(name: str, lo: int = 0, hi: int | None = None):
+    """The original's observations (``lo, hi`` None) or rows ``lo:hi``, jitted."""
+    env = _env(name)
+    if hi is None:
+        return jax.jit(lambda s, p: _original_observations(env, s, p))
+    return jax.jit(lambda s, p: _observe_original(env, s, p, lo, hi))
+
+
+@functools.cache
+def _observations_jit(name: str, form: str):
+    return jax.jit(_env(name, form).observations)
+
+
+@pytest.mark.parametrize("form", ko.IMPLS)
+@pytest.mark.parametrize("name", sorted(ENVS))
+def test_forms_equal_original(name: str, form: str) -> None:
+    """Both groups, params traced, on random states: some agents out of the game, most of
+    them out (fewer in-game others than ``k``: padding), all in."""
+    env = _env(name, form)
+    rng = np.random.default_rng(abs(hash((name, form))) % 2**32)
+    for frac in (0.6, 0.15, 1.0):
+        p = _params(rng)
+        s = _random_state(rng, env, p.grid_length, frac)
+        ref = _original_jit(name)(s, p)
+        got = _observations_jit(name, form)(s, p)
+        _assert_bitwise(got, ref, f"{name} {form} in-game {frac}")
+    # The public observe(): all rows, and a row range (one search each).
+    m = env.num_agents_total
+    ref = _original_jit(name, 0, m)(s, p)
+    _assert_bitwise(jax.jit(env.observe)(s, p), ref, f"{name} {form} observe")
+    got = jax.jit(lambda s, p: env.observe(s, p, (1, m - 1)))(s, p)
+    ref = _original_jit(name, 1, m - 1)(s, p)
+    _assert_bitwise(got, ref, f"{name} {form} observe rows")
+
+
+@pytest.mark.parametrize("form", ko.IMPLS)
+def test_forms_with_constant_params(form: str) -> None:
+    """Params closed over (compile-time constants, as in the benchmarks)."""
+    name = "4+20_k10"
+    env = _env(name, form)
+    rng = np.random.default_rng(7)
+    p = _params(rng)
+    s = _random_state(rng, env, p.grid_length, 0.5)
+    ref = jax.jit(lambda s: _original_observations(env, s, p))(s)
+    got = jax.jit(lambda s: env.observations(s, p))(s)
+    _assert_bitwise(got, ref, f"{form} constant params")
+
+
+def test_vmapped_shared_and_batched_params() -> None:
+    """`jax.vmap` over envs with shared (traced) params and with per-env params."""
+    rng = np.random.default_rng(13)
+    for name in ("3+5_k2", "ids_2+6_k4", "stay_1+3_k1", "one_1+2_k1"):
+        base, env = _env(name), _env(name, "pallas")
+        params = [_params(rng) for _ in range(3)]
+        states = [_random_state(rng, base, p.grid_length, 0.5) for p in params]
+        s = jax.tree.map(lambda *x: jnp.stack(x), *states)
+        pb = jax.tree.map(lambda *x: jnp.asarray(x, jnp.float32), *params)
+        orig = functools.partial(_original_observations, base)
+        ref = jax.jit(jax.vmap(orig, in_axes=(0, None)))(s, params[0])
+        got = jax.jit(jax.vmap(env.observations, in_axes=(0, None)))(s, params[0])
+        _assert_bitwise(got, ref, f"{name} vmap shared params")
+        ref = jax.jit(jax.vmap(orig))(s, pb)
+        got = jax.jit(jax.vmap(env.observations))(s, pb)
+        _assert_bitwise(got, ref, f"{name} vmap batched params")
+
+
+def test_env_step_and_rollout_identical() -> None:
+    """reset/step TimeSteps, and a vectorized rollout with auto-reset, equal the XLA form's."""
+    name = "ids_2+6_k4"
+    base, env = _env(name), _env(name, "pallas")
+    rng = np.random.default_rng(3)
+    p = _params(rng)
+    s = _random_state(rng, env, p.grid_length, 0.7)
+    a = env.sample_actions(jax.random.key(1))
+    key = jax.random.key(2)
+    _assert_bitwise(jax.jit(env.step)(key, s, a, p), jax.jit(base.step)(key, s, a, p), "step")
+    _assert_bitwise(jax.jit(env.reset)(key, p), jax.jit(base.reset)(key, p), "reset")
+    name = "stay_1+3_k1"
+    base, env = _env(name), _env(name, "pallas")
+    p = base.make_params(grid_length=2.0, tagging_distance=0.3)
+    key = jax.random.key(5)
+    ref = jaxdrive.rollout(base, jaxdrive.random_policy(base), key, p, num_envs=3, num_steps=8)
+    got = jaxdrive.rollout(env, jaxdrive.random_policy(env), key, p, num_envs=3, num_steps=8)
+    assert np.asarray(ref.timesteps.done).any()
+    _assert_bitwise(got, ref, "rollout")
+
+
+def _inputs(env: TagContinuous, s: TagState, p: TagContinuousParams):
+    """``(feats, scale, in_game, time)`` as the env builds them (call under jit)."""
+    pf = jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), p)
+    diag = pf.grid_length * np.float32(np.sqrt(2.0))
+    ms = pf.max_speed + np.float32(1e-10)
+    one = jnp.float32(1.0)
+    scale = jnp.stack([diag, diag, ms, ms, jnp.float32(np.float32(2 * np.pi)), one, one])
+    time = s.t.astype(jnp.float32) / jnp.float32(env.episode_length)
+    return env._features(s), scale, s.in_game, time
+
+
+def test_kernel_on_any_neighbour_lists() -> None:
+    """The kernel equals the XLA form given the lists of every search (plain JAX, the
+    brute-force and sorted Pallas kernels), and arbitrary lists (any ``idx``, any
+    ``valid``), with small blocks (many programs, a masked tail), non-contiguous rows
+    and true division (``reciprocal=False``: within one ulp of the reference)."""
+    env = _env("4+20_k10")
+    m, k = env.num_agents_total, env.num_other_agents_observed
+    rng = np.random.default_rng(11)
+    p = _params(rng)
+    s = _random_state(rng, env, p.grid_length, 0.6)
+    lists = {
+        "jax": neighbors.nearest_k(s.x, s.y, s.in_game, k),
+        "brute": kernels.nearest_k(s.x, s.y, s.in_game, k, method="brute"),
+        "sorted": kernels.nearest_k(s.x, s.y, s.in_game, k, method="sorted"),
+        "arbitrary": (
+            jnp.asarray(rng.integers(0, m, (m, k)), jnp.int32),
+            jnp.asarray(rng.uniform(size=(m, k)) < 0.7),
+        ),
+    }
+    _assert_bitwise(lists["brute"], lists["jax"], "brute search")
+    _assert_bitwise(lists["sorted"], lists["jax"], "sorted search")
+    rows_all = range(m)
+
+    @functools.partial(jax.jit, static_argnames=("rows", "form", "opts"))
+    def obs(s, p, idx, valid, rows, form, opts=()):
+        feats, scale, in_game, time = _inputs(env, s, p)
+        return ko.knn_obs(form, feats, idx, valid, rows, scale, in_game, time, **dict(opts))
+
+    for what, (idx, valid) in lists.items():
+        ref = np.asarray(obs(s, p, idx, valid, rows_all, "xla"))
+        for opts in ((), (("block_size", 32),), (("block_size", 4096), ("num_warps", 8))):
+            got = obs(s, p, idx, valid, rows_all, "pallas", opts)
+            _assert_bitwise(got, ref, f"{what} {opts}")
+        rows = (7, 3, 23, 0)
+        got = obs(s, p, idx, valid, rows, "pallas", (("block_size", 64),))
+        _assert_bitwise(got, ref[list(rows)], f"{what} rows {rows}")
+        _assert_bitwise(obs(s, p, idx, valid, rows, "xla"), ref[list(rows)], f"{what} xla rows")
+    got = obs(s, p, *lists["jax"], rows_all, "pallas", (("reciprocal", False),))
+    ref = np.asarray(obs(s, p, *lists["jax"], rows_all, "xla"))
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=2.4e-7, atol=0)
+
+
+def test_one_search_per_step() -> None:
+    """`observations` runs the neighbour search once for both groups and (Pallas form)
+    one assembly kernel per group."""
+    env = TagContinuous(num_taggers=2, num_runners=5, impl="pallas", knn_obs_impl="pallas")
+    s, _ = jax.jit(env.reset)(jax.random.key(0))
+    jaxpr = jax.make_jaxpr(env.observations)(s, env.default_params)
+    names = [
+        str(e.params.get("name_and_src_info", e.params.get("name", "")))
+        for e in jaxpr.jaxpr.eqns
+        if e.primitive.name == "pallas_call"
+    ]
+    assert sum("tag_nearest_k" in n for n in names) == 1, names
+    assert sum("tag_knn_obs" in n for n in names) == 2, names
+
+
+def test_config_and_registry() -> None:
+    with pytest.raises(ValueError, match=r"knn_obs_impl must be one of \('auto', 'xla'"):
+        TagContinuous(knn_obs_impl="triton")
+    assert TagContinuous().knn_obs_impl == "auto"
+    # "auto": the XLA form until the kernel has been timed on a GPU.
+    assert TagContinuous()._resolved_knn_obs_impl() == "xla"
+    assert TagContinuous(impl="jax")._resolved_knn_obs_impl() == "xla"
+    assert TagContinuous(knn_obs_impl="pallas")._resolved_knn_obs_impl() == "pallas"
+    env, _ = jaxdrive.make("tag_continuous", knn_obs_impl="pallas")
+    assert env.knn_obs_impl == "pallas"
+    with pytest.raises(ValueError, match="knn_obs_impl"):
+        jaxdrive.make("tag_continuous", knn_obs_impl="XLA")
+    args = (jnp.zeros((7, 3)), jnp.zeros((3, 1), jnp.int32), jnp.ones((3, 1), bool), (0,))
+    rest = (jnp.ones(7), jnp.ones(3, bool), jnp.float32(0))
+    with pytest.raises(ValueError, match="impl"):
+        ko.knn_obs("gather", *args, *rest)
+    with pytest.raises(ValueError, match="power of two"):
+        ko.knn_obs_pallas(*args, *rest, block_size=24)
+    with pytest.raises(ValueError, match="valid must be bool"):
+        ko.knn_obs_xla(*args[:2], jnp.ones((3, 1), jnp.int32), (0,), *rest)
+    # Full observation ignores the option.
+    kw = dict(num_taggers=2, num_runners=3, use_full_observation=True, impl="jax")
+    a, b = TagContinuous(**kw, knn_obs_impl="pallas"), TagContinuous(**kw)
+    key = jax.random.key(0)
+    _assert_bitwise(jax.jit(a.reset)(key), jax.jit(b.reset)(key), "full observation")
+    assert ko.obs_size(10) == 71
+
+
+@pytest.mark.slow
+def test_probe_smoke() -> None:
+    """The benchmark probe runs at a tiny size and finds the forms equal."""
+    from experiments.benchmarks import knn_obs_probe
+
+    records = knn_obs_probe.probe(
+        [(3, 2, 4)], 3, ["xla", "pallas"], steps=2, repeats=1, blocks=[64], warps=[4],
+        check_steps=2,
+    )  # fmt: skip
+    assert not [r for r in records if "error" in r], records
+    checks = [r for r in records if r["kind"] == "check"]
+    assert len(checks) == 4
+    assert all(r["const"]["differ"] == 0 and r["traced"]["differ"] == 0 for r in checks)
+    times = [r for r in records if r["kind"] in ("time", "asm")]
+    assert [(r["form"], r["variant"]) for r in times] == [
+        ("xla", "env"),
+        ("pallas", "env"),
+        ("pallas", "B64/w4"),
+    ]
+    assert all(r["asm_us"] > 0 for r in times)
+    assert all(r["asm_check"]["differ"] == 0 for r in times[1:])
