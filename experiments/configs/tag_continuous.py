@@ -66,6 +66,10 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
             step_penalty_for_tagger=0.0,
             step_reward_for_runner=0.0,
             end_of_game_reward_for_runner=1.0,
+            # implementation choices (same results; see TagContinuous's docstring)
+            impl="auto",
+            full_obs_impl="auto",
+            knn_obs_impl="auto",
         )
     )
     c.algorithm = "ppo"
