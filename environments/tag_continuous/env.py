@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from environments.tag_continuous import full_obs, knn_obs, neighbors
+from environments.tag_continuous import full_obs, knn_obs, neighbors, step_kernel
 from jaxdrive.env import Env
 from jaxdrive.spaces import Box, MultiDiscrete
 from jaxdrive.types import EnvParams, TimeStep
@@ -34,6 +34,7 @@ _TWO_PI = np.float32(2.0 * np.pi)
 _EPS = np.float32(1e-10)
 _SQRT2 = np.float32(np.sqrt(2.0))
 _IMPLS = ("auto", "jax", "pallas")
+_STEP_IMPLS = ("auto", "xla", "pallas")
 _KERNELS = "environments.tag_continuous.kernels"
 
 
@@ -135,6 +136,10 @@ def action_values(lo: jax.Array, hi: jax.Array, levels: int) -> jax.Array:
     evenly spaced from ``lo`` to ``hi`` (the float32 arithmetic of ``np.linspace``)."""
     lo = jnp.asarray(lo, jnp.float32)
     hi = jnp.asarray(hi, jnp.float32)
+    # Constant bounds would otherwise be folded by XLA (on the CPU, inside a gather of
+    # the table) with other roundings: 9 of 21 values off np.linspace's for ±0.1, 20
+    # levels. The barrier makes the table the same whether the bounds are traced or not.
+    lo, hi = jax.lax.optimization_barrier((lo, hi))
     if levels == 1:
         vals = lo[None]
     else:
@@ -187,6 +192,16 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         interpret mode off GPU; experimental). Same values bit for bit on the CPU
         (tests); on GPU expected within one float32 ulp, to be checked by
         `experiments.benchmarks.knn_obs_probe`. Ignored for full observation.
+      step_impl: how the step's dynamics (spec steps 1–9, before the observation) are
+        computed: ``"auto"`` (the default; ``"xla"`` for now: the kernel has not yet been
+        compiled or timed on a GPU), ``"xla"`` (plain JAX, ~20 small XLA kernels per
+        batched step) or ``"pallas"`` (one kernel, one program per env,
+        `environments.tag_continuous.step_kernel`; interpret mode off GPU;
+        experimental). Same values bit for bit on the CPU (tests), except that with
+        constant params XLA can fold the ``"xla"`` step's action tables into values
+        other than `action_values`' (np.linspace's; the kernel's are those); on GPU
+        ``cos``, ``sin``, ``sqrt`` and FMA contraction may move values by an ulp, to be
+        checked by `experiments.benchmarks.step_kernel_probe`.
 
     Groups: ``"tagger"`` (``T`` agents, the tagger ids in increasing order) and
     ``"runner"`` (the other ids, increasing). Agent type: tagger 1, runner 0.
@@ -258,6 +273,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
     impl: str = "auto"
     full_obs_impl: str = "auto"
     knn_obs_impl: str = "auto"
+    step_impl: str = "auto"
 
     def __post_init__(self) -> None:
         def count(name: str, lo: int) -> int:
@@ -301,6 +317,10 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             raise ValueError(
                 f"TagContinuous: knn_obs_impl must be one of {('auto', *knn_obs.IMPLS)}, "
                 f"got {self.knn_obs_impl!r}"
+            )
+        if self.step_impl not in _STEP_IMPLS:
+            raise ValueError(
+                f"TagContinuous: step_impl must be one of {_STEP_IMPLS}, got {self.step_impl!r}"
             )
         ids = self.tagger_ids
         if ids is None:
@@ -402,6 +422,10 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         # GPU (written without one: see experiments/benchmarks/NOTES.md); then "auto"
         # should pick "pallas" on GPU when the search runs the Pallas kernels.
         return "xla" if self.knn_obs_impl == "auto" else self.knn_obs_impl
+
+    def _resolved_step_impl(self) -> str:
+        # "auto" stays on XLA until the kernel has been compiled and timed on a GPU.
+        return "xla" if self.step_impl == "auto" else self.step_impl
 
     def _search_module(self):
         """The module providing ``nearest_k``/``nearest_tagger`` and the kwargs to pass."""
@@ -635,6 +659,8 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         """One step of every agent (spec steps 1–9); ``key`` is unused (deterministic)."""
         del key
         validate_params(params)
+        if self._resolved_step_impl() == "pallas":
+            return self._step_pallas(state, actions, params)
         p = self._f32(params)
         is_tagger = jnp.asarray(self.is_tagger)
         act = self.merge_groups(actions)  # [M, 2] int32
@@ -693,4 +719,66 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             x=x, y=y, speed=speed, direction=theta, acceleration=acc, in_game=in_game, t=t
         )
         ts = self._timestep(new, params, reward, terminated, done, jnp.sum(tagged))
+        return new, ts
+
+    def _step_pallas(
+        self,
+        state: TagState,
+        actions: dict[str, jax.Array],
+        params: TagContinuousParams,
+        **options: Any,
+    ) -> tuple[TagState, TimeStep]:
+        """`step_env` with the dynamics in one kernel (`step_kernel.tag_step`; ``options``:
+        its ``fence_products``/``num_warps``/``interpret``), then the same TimeStep."""
+        p = self._f32(params)
+        la, lt = self.num_acceleration_levels, self.num_turn_levels
+        # The tables as `action_values` computes them eagerly (np.linspace's float32
+        # values): the barrier keeps XLA from folding constant bounds into a context
+        # where it rewrites the division (it does so in the XLA step's gather when the
+        # params are constants; see the report of the step kernel).
+        bounds = (p.min_acceleration, p.max_acceleration, p.min_turn, p.max_turn)
+        a_lo, a_hi, t_lo, t_hi = jax.lax.optimization_barrier(bounds)
+        scalars = {
+            "grid_length": p.grid_length,
+            "cap_tagger": p.max_speed * p.skill_level_tagger,
+            "cap_runner": p.max_speed * p.skill_level_runner,
+            "edge_hit_penalty": p.edge_hit_penalty,
+            "tag_threshold": p.tagging_distance * p.grid_length,
+            "tag_reward_for_tagger": p.tag_reward_for_tagger,
+            "tag_penalty_for_runner": p.tag_penalty_for_runner,
+            "step_penalty_for_tagger": p.step_penalty_for_tagger,
+            "step_reward_for_runner": p.step_reward_for_runner,
+            "end_of_game_reward_for_runner": p.end_of_game_reward_for_runner,
+        }
+        pvec = jnp.concatenate(
+            [
+                jnp.stack([scalars[name] for name in step_kernel.PARAMS]),
+                action_values(a_lo, a_hi, la),
+                action_values(t_lo, t_hi, lt),
+            ]
+        )
+        options.setdefault("interpret", jax.default_backend() != "gpu")
+        x, y, speed, theta, acc, in_game, reward, terminated, done, num_tags = step_kernel.tag_step(
+            pvec,
+            state.x,
+            state.y,
+            state.speed,
+            state.direction,
+            state.acceleration,
+            state.in_game,
+            state.t,
+            actions["tagger"],
+            actions["runner"],
+            tagger_ids=self.tagger_ids,
+            num_acceleration_levels=la,
+            num_turn_levels=lt,
+            episode_length=self.episode_length,
+            runner_exits_game_after_tagged=self.runner_exits_game_after_tagged,
+            **options,
+        )
+        new = TagState(
+            x=x, y=y, speed=speed, direction=theta, acceleration=acc, in_game=in_game,
+            t=state.t + 1,
+        )  # fmt: skip
+        ts = self._timestep(new, params, reward, terminated, done, num_tags)
         return new, ts

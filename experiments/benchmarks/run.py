@@ -56,6 +56,12 @@ flags.DEFINE_enum(
     ["auto", "xla", "pallas"],
     "TagContinuous knn_obs_impl of the Tag env and train suites (k-nearest observation)",
 )
+flags.DEFINE_enum(
+    "tag_step_impl",
+    "auto",
+    ["auto", "xla", "pallas"],
+    "TagContinuous step_impl of the Tag env and train suites (the step's dynamics)",
+)
 flags.DEFINE_integer(
     "tag_seed", 0, "config seed of the Tag learning runs and sweeps (the vmapped seeds' root)"
 )
@@ -127,7 +133,15 @@ TAG_CONFIGS = {
 CLASSIC_SIZES = {"classic": [1_000, 10_000, 100_000, 1_000_000], "quick": [64]}
 
 
-def make_tag(taggers: int, runners: int, full: bool, k: int, impl: str, knn_obs_impl: str = "auto"):
+def make_tag(
+    taggers: int,
+    runners: int,
+    full: bool,
+    k: int,
+    impl: str,
+    knn_obs_impl: str = "auto",
+    step_impl: str = "auto",
+):
     """The WarpDrive-config TagContinuous with the given counts (via the registry)."""
     import jaxdrive
 
@@ -139,6 +153,7 @@ def make_tag(taggers: int, runners: int, full: bool, k: int, impl: str, knn_obs_
         num_other_agents_observed=k,
         impl=impl,
         knn_obs_impl=knn_obs_impl,
+        step_impl=step_impl,
     )
     return jaxdrive.make("tag_continuous", **kw)
 
@@ -150,9 +165,10 @@ def run_suite(
     impls: list[str],
     reset_mode: str = "auto",
     knn_obs_impl: str = "auto",
+    step_impl: str = "auto",
 ) -> list[dict[str, Any]]:
     """Runs one suite; returns its records (also used by the tests at tiny sizes).
-    ``knn_obs_impl``: the Tag envs' (see `TagContinuous`)."""
+    ``knn_obs_impl``, ``step_impl``: the Tag envs' (see `TagContinuous`)."""
     import jaxdrive
     from experiments.benchmarks.timing import device_info, time_env_steps
 
@@ -160,7 +176,7 @@ def run_suite(
     records = []
     for n, t, r, full, k in TAG_CONFIGS.get(suite, []):
         for impl in impls:
-            env, params = make_tag(t, r, full, k, impl, knn_obs_impl)
+            env, params = make_tag(t, r, full, k, impl, knn_obs_impl, step_impl)
             rec = time_env_steps(env, params, n, num_steps, repeats)
             rec.update(
                 bench="tag_continuous_env",
@@ -170,6 +186,7 @@ def run_suite(
                 use_full_observation=full,
                 num_other_agents_observed=k,
                 knn_obs_impl=knn_obs_impl,
+                step_impl=step_impl,
                 **info,
             )
             records.append(rec)
@@ -234,7 +251,11 @@ TRAIN_CONFIGS = {
 
 
 def run_train_suite(
-    suite: str, iterations: int, repeats: int, knn_obs_impl: str = "auto"
+    suite: str,
+    iterations: int,
+    repeats: int,
+    knn_obs_impl: str = "auto",
+    step_impl: str = "auto",
 ) -> list[dict[str, Any]]:
     """Training throughput records of ``suite``."""
     import jax
@@ -248,13 +269,14 @@ def run_train_suite(
         config = load_config(cfg, preset, **over)
         if cfg == "tag_continuous":
             config.env_kwargs.knn_obs_impl = knn_obs_impl
+            config.env_kwargs.step_impl = step_impl
         config.total_env_steps = max(
             config.total_env_steps, config.num_envs * config.num_steps * iterations
         )
         rec = time_training(config, iterations=iterations, repeats=repeats)
         rec.update(bench="train", name=name, **info)
         if cfg == "tag_continuous":
-            rec["knn_obs_impl"] = knn_obs_impl
+            rec.update(knn_obs_impl=knn_obs_impl, step_impl=step_impl)
         records.append(rec)
         print(
             f"train {name:<18} {jax.config.jax_default_matmul_precision or 'default':<14} "
@@ -502,14 +524,18 @@ def main(argv: list[str]) -> None:
     impls = [s for s in FLAGS.impls.split(",") if s]
     records = run_suite(
         FLAGS.suite, FLAGS.num_steps, FLAGS.repeats, impls, FLAGS.reset_mode,
-        FLAGS.tag_knn_obs_impl,
+        FLAGS.tag_knn_obs_impl, FLAGS.tag_step_impl,
     )  # fmt: skip
     import jax
 
     for precision in FLAGS.matmul_precision.split(",") if FLAGS.matmul_precision else [""]:
         with jax.default_matmul_precision(precision or None):
             recs = run_train_suite(
-                FLAGS.suite, FLAGS.train_iterations, FLAGS.repeats, FLAGS.tag_knn_obs_impl
+                FLAGS.suite,
+                FLAGS.train_iterations,
+                FLAGS.repeats,
+                FLAGS.tag_knn_obs_impl,
+                FLAGS.tag_step_impl,
             )
         for rec in recs:
             rec["matmul_precision"] = precision or "default"

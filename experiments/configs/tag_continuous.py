@@ -70,6 +70,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
             impl="auto",
             full_obs_impl="auto",
             knn_obs_impl="auto",
+            step_impl="auto",
         )
     )
     c.algorithm = "ppo"
