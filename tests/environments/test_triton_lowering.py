@@ -1,0 +1,124 @@
+"""Every Pallas kernel of TagContinuous lowers to Triton for CUDA, checked without a GPU.
+
+The other tests run the kernels in Pallas interpret mode, which never exercises the
+Pallas-to-Triton lowering: a construct that Pallas' Triton backend does not support would
+only show up on a GPU. Here each kernel is traced with ``interpret=False`` (as on a GPU,
+under `jax.vmap` where the env uses it that way) and lowered for the ``cuda`` platform on
+this machine (`jax.stages.Traced.lower(lowering_platforms=...)`): the Pallas kernel is
+lowered to Triton IR, which the StableHLO module carries in a Triton custom call. What
+this cannot check is Triton's own compilation to PTX and the run (the benchmark probes
+on the GPU do).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from environments.tag_continuous import full_obs, kernels, knn_obs, step_kernel
+from environments.tag_continuous.env import action_values
+
+N, T, R = 3, 4, 40
+M = T + R
+K = 5
+
+
+def _lowered_triton_calls(fn, *args) -> int:
+    """Lowers ``jax.jit(fn)(*args)`` for CUDA; returns the number of Triton calls."""
+    text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    return text.count("__gpu$xla.gpu.triton")
+
+
+def _positions(seed: int = 0) -> tuple[jax.Array, jax.Array, jax.Array]:
+    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
+    x = jax.random.uniform(k1, (N, M)) * 10
+    y = jax.random.uniform(k2, (N, M)) * 10
+    g = jax.random.uniform(k3, (N, M)) < 0.9
+    return x, y, g
+
+
+@pytest.mark.parametrize("method", ["brute", "sorted"])
+def test_nearest_k_lowers_to_triton(method: str) -> None:
+    x, y, g = _positions()
+    fn = lambda x, y, g: kernels.nearest_k_batched(x, y, g, K, method=method, interpret=False)
+    assert _lowered_triton_calls(fn, x, y, g) == 1
+
+
+def test_nearest_tagger_lowers_to_triton() -> None:
+    x, y, _ = _positions()
+    fn = lambda x, y: kernels.nearest_tagger_batched(
+        x[:, T:], y[:, T:], x[:, :T], y[:, :T], interpret=False
+    )
+    assert _lowered_triton_calls(fn, x, y) == 1
+
+
+def _feats(x, y, g) -> jax.Array:
+    z = jnp.zeros_like(x)
+    gf = g.astype(jnp.float32)
+    return jnp.stack([x, y, z, z, z, gf, gf], axis=1)  # [N, 7, M]
+
+
+@pytest.mark.parametrize("reciprocal", [False, True])
+def test_full_obs_lowers_to_triton(reciprocal: bool) -> None:
+    x, y, g = _positions()
+    feats = _feats(x, y, g)
+    scale = jnp.arange(1.0, 8.0)
+
+    def fn(feats, g):
+        one = lambda f, gg: full_obs.full_obs_pallas(
+            f, range(T, M), scale, gg.astype(jnp.float32), jnp.float32(0.5),
+            reciprocal=reciprocal, interpret=False,
+        )  # fmt: skip
+        return jax.vmap(one)(feats, g)
+
+    assert _lowered_triton_calls(fn, feats, g) == 1
+
+
+@pytest.mark.parametrize("rows", [range(T, M), (0, 7, 3)])
+@pytest.mark.parametrize("reciprocal", [False, True])
+def test_knn_obs_lowers_to_triton(rows, reciprocal: bool) -> None:
+    x, y, g = _positions()
+    feats = _feats(x, y, g)
+    idx = jnp.broadcast_to(jnp.arange(K, dtype=jnp.int32), (N, M, K))
+    valid = jnp.ones((N, M, K), bool)
+    scale = jnp.arange(1.0, 8.0)
+
+    def fn(feats, idx, valid, g):
+        one = lambda f, i, v, gg: knn_obs.knn_obs_pallas(
+            f, i, v, rows, scale, gg, jnp.float32(0.5), reciprocal=reciprocal, interpret=False
+        )
+        return jax.vmap(one)(feats, idx, valid, g)
+
+    assert _lowered_triton_calls(fn, feats, idx, valid, g) == 1
+
+
+@pytest.mark.parametrize("fence", [False, True])
+@pytest.mark.parametrize("tagger_ids", [tuple(range(T)), (1, 5, 9, 30)])
+def test_step_kernel_lowers_to_triton(fence: bool, tagger_ids) -> None:
+    x, y, g = _positions()
+    la = lt = 6
+    scalars = jnp.ones((len(step_kernel.PARAMS),), jnp.float32)
+    pvec = jnp.concatenate([scalars, action_values(-0.1, 0.1, la), action_values(-1.0, 1.0, lt)])
+    assert pvec.shape == (step_kernel.num_params(la, lt),)
+    z = jnp.zeros_like(x)
+    t = jnp.zeros((N,), jnp.int32)
+    act_t = jnp.zeros((N, T, 2), jnp.int32)
+    act_r = jnp.ones((N, R, 2), jnp.int32)
+
+    def fn(x, y, z, g, t, act_t, act_r):
+        one = lambda *a: step_kernel.tag_step(
+            pvec, *a, tagger_ids=tagger_ids, num_acceleration_levels=la,
+            num_turn_levels=lt, episode_length=50, runner_exits_game_after_tagged=True,
+            fence_products=fence, interpret=False,
+        )  # fmt: skip
+        return jax.vmap(one)(x, y, z, z, z, g, t, act_t, act_r)
+
+    assert _lowered_triton_calls(fn, x, y, z, g, t, act_t, act_r) == 1
+
+
+def test_lowering_check_sees_interpret_mode() -> None:
+    """The check is not vacuous: the same kernel in interpret mode lowers to no Triton call."""
+    x, y, g = _positions()
+    fn = lambda x, y, g: kernels.nearest_k_batched(x, y, g, K, method="brute", interpret=True)
+    assert _lowered_triton_calls(fn, x, y, g) == 0
