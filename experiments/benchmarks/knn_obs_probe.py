@@ -51,7 +51,7 @@ from absl import app, flags
 
 import jaxdrive
 from environments.tag_continuous import knn_obs
-from experiments.benchmarks.run import WARPDRIVE_TAG_ENV  # also defines the --out flag
+from experiments.benchmarks.run import make_tag  # also defines the --out flag
 from experiments.benchmarks.timing import device_info, time_compiled, time_env_steps
 
 __all__ = [
@@ -100,16 +100,7 @@ def parse_config(text: str) -> tuple[int, int, int]:
 def make_env(taggers: int, runners: int, k: int, form: str, impl: str = "pallas"):
     """WarpDrive's Tag config (`experiments.benchmarks.run.make_tag`) with partial
     observation of ``k`` neighbours assembled by ``form``; returns ``(env, params)``."""
-    kw = dict(WARPDRIVE_TAG_ENV)
-    kw.update(
-        num_taggers=taggers,
-        num_runners=runners,
-        use_full_observation=False,
-        num_other_agents_observed=k,
-        impl=impl,
-        knn_obs_impl=form,
-    )
-    return jaxdrive.make("tag_continuous", **kw)
+    return make_tag(taggers, runners, False, k, impl, knn_obs_impl=form)
 
 
 # ---------------------------------------------------------------------------- check

@@ -36,7 +36,7 @@ import numpy as np
 from absl import app, flags
 
 import jaxdrive
-from experiments.benchmarks.run import WARPDRIVE_TAG_ENV
+from experiments.benchmarks.run import make_tag
 from experiments.benchmarks.timing import device_info, time_env_steps
 
 __all__ = ["check", "compare", "define_flags", "make_env", "stepped_states"]
@@ -56,18 +56,9 @@ def define_flags() -> None:
 
 
 def make_env(taggers: int, runners: int, k: int, step_impl: str, knn_obs_impl: str = "xla"):
-    """WarpDrive's Tag config, partial observation of ``k``; returns ``(env, params)``."""
-    kw = dict(WARPDRIVE_TAG_ENV)
-    kw.update(
-        num_taggers=taggers,
-        num_runners=runners,
-        use_full_observation=False,
-        num_other_agents_observed=k,
-        impl="pallas",
-        step_impl=step_impl,
-        knn_obs_impl=knn_obs_impl,
-    )
-    return jaxdrive.make("tag_continuous", **kw)
+    """WarpDrive's Tag config (`experiments.benchmarks.run.make_tag`), partial observation
+    of ``k``, the Pallas searches; returns ``(env, params)``."""
+    return make_tag(taggers, runners, False, k, "pallas", knn_obs_impl, step_impl)
 
 
 def compare(got: Any, ref: Any) -> dict[str, Any]:

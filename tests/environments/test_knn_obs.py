@@ -26,6 +26,7 @@ from environments.tag_continuous import (
     neighbors,
 )
 from environments.tag_continuous import knn_obs as ko
+from tests.environments.bitwise import assert_bitwise
 
 ENVS = {
     "3+5_k2": dict(num_taggers=3, num_runners=5, episode_length=9, num_other_agents_observed=2),
@@ -53,25 +54,6 @@ ENVS = {
 
 def _env(name: str, form: str = "xla") -> TagContinuous:
     return TagContinuous(**ENVS[name], impl="jax", knn_obs_impl=form)
-
-
-def _bits(x) -> np.ndarray:
-    a = np.asarray(x)
-    return a.view(np.uint32) if a.dtype == np.float32 else a
-
-
-def _assert_bitwise(a, b, what: str) -> None:
-    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
-    assert jax.tree.structure(a) == jax.tree.structure(b), what
-    for x, y in zip(la, lb, strict=True):
-        assert np.asarray(x).shape == np.asarray(y).shape, what
-        bad = _bits(x) != _bits(y)
-        if np.any(bad):
-            idx = tuple(np.argwhere(bad)[0])
-            raise AssertionError(
-                f"{what}: {int(bad.sum())} elements differ, first at {idx}: "
-                f"{np.asarray(x)[idx]!r} vs {np.asarray(y)[idx]!r}"
-            )
 
 
 def _observe_original(env: TagContinuous, state: TagState, params, lo: int, hi: int):
@@ -167,14 +149,14 @@ def test_forms_equal_original(name: str, form: str) -> None:
         s = _random_state(rng, env, p.grid_length, frac)
         ref = _original_jit(name)(s, p)
         got = _observations_jit(name, form)(s, p)
-        _assert_bitwise(got, ref, f"{name} {form} in-game {frac}")
+        assert_bitwise(got, ref, f"{name} {form} in-game {frac}")
     # The public observe(): all rows, and a row range (one search each).
     m = env.num_agents_total
     ref = _original_jit(name, 0, m)(s, p)
-    _assert_bitwise(jax.jit(env.observe)(s, p), ref, f"{name} {form} observe")
+    assert_bitwise(jax.jit(env.observe)(s, p), ref, f"{name} {form} observe")
     got = jax.jit(lambda s, p: env.observe(s, p, (1, m - 1)))(s, p)
     ref = _original_jit(name, 1, m - 1)(s, p)
-    _assert_bitwise(got, ref, f"{name} {form} observe rows")
+    assert_bitwise(got, ref, f"{name} {form} observe rows")
 
 
 @pytest.mark.parametrize("form", ko.IMPLS)
@@ -187,7 +169,7 @@ def test_forms_with_constant_params(form: str) -> None:
     s = _random_state(rng, env, p.grid_length, 0.5)
     ref = jax.jit(lambda s: _original_observations(env, s, p))(s)
     got = jax.jit(lambda s: env.observations(s, p))(s)
-    _assert_bitwise(got, ref, f"{form} constant params")
+    assert_bitwise(got, ref, f"{form} constant params")
 
 
 def test_vmapped_shared_and_batched_params() -> None:
@@ -202,10 +184,10 @@ def test_vmapped_shared_and_batched_params() -> None:
         orig = functools.partial(_original_observations, base)
         ref = jax.jit(jax.vmap(orig, in_axes=(0, None)))(s, params[0])
         got = jax.jit(jax.vmap(env.observations, in_axes=(0, None)))(s, params[0])
-        _assert_bitwise(got, ref, f"{name} vmap shared params")
+        assert_bitwise(got, ref, f"{name} vmap shared params")
         ref = jax.jit(jax.vmap(orig))(s, pb)
         got = jax.jit(jax.vmap(env.observations))(s, pb)
-        _assert_bitwise(got, ref, f"{name} vmap batched params")
+        assert_bitwise(got, ref, f"{name} vmap batched params")
 
 
 def test_env_step_and_rollout_identical() -> None:
@@ -217,8 +199,8 @@ def test_env_step_and_rollout_identical() -> None:
     s = _random_state(rng, env, p.grid_length, 0.7)
     a = env.sample_actions(jax.random.key(1))
     key = jax.random.key(2)
-    _assert_bitwise(jax.jit(env.step)(key, s, a, p), jax.jit(base.step)(key, s, a, p), "step")
-    _assert_bitwise(jax.jit(env.reset)(key, p), jax.jit(base.reset)(key, p), "reset")
+    assert_bitwise(jax.jit(env.step)(key, s, a, p), jax.jit(base.step)(key, s, a, p), "step")
+    assert_bitwise(jax.jit(env.reset)(key, p), jax.jit(base.reset)(key, p), "reset")
     name = "stay_1+3_k1"
     base, env = _env(name), _env(name, "pallas")
     p = base.make_params(grid_length=2.0, tagging_distance=0.3)
@@ -226,7 +208,7 @@ def test_env_step_and_rollout_identical() -> None:
     ref = jaxdrive.rollout(base, jaxdrive.random_policy(base), key, p, num_envs=3, num_steps=8)
     got = jaxdrive.rollout(env, jaxdrive.random_policy(env), key, p, num_envs=3, num_steps=8)
     assert np.asarray(ref.timesteps.done).any()
-    _assert_bitwise(got, ref, "rollout")
+    assert_bitwise(got, ref, "rollout")
 
 
 def _inputs(env: TagContinuous, s: TagState, p: TagContinuousParams):
@@ -259,8 +241,8 @@ def test_kernel_on_any_neighbour_lists() -> None:
             jnp.asarray(rng.uniform(size=(m, k)) < 0.7),
         ),
     }
-    _assert_bitwise(lists["brute"], lists["jax"], "brute search")
-    _assert_bitwise(lists["sorted"], lists["jax"], "sorted search")
+    assert_bitwise(lists["brute"], lists["jax"], "brute search")
+    assert_bitwise(lists["sorted"], lists["jax"], "sorted search")
     rows_all = range(m)
 
     @functools.partial(jax.jit, static_argnames=("rows", "form", "opts"))
@@ -272,11 +254,11 @@ def test_kernel_on_any_neighbour_lists() -> None:
         ref = np.asarray(obs(s, p, idx, valid, rows_all, "xla"))
         for opts in ((), (("block_size", 32),), (("block_size", 4096), ("num_warps", 8))):
             got = obs(s, p, idx, valid, rows_all, "pallas", opts)
-            _assert_bitwise(got, ref, f"{what} {opts}")
+            assert_bitwise(got, ref, f"{what} {opts}")
         rows = (7, 3, 23, 0)
         got = obs(s, p, idx, valid, rows, "pallas", (("block_size", 64),))
-        _assert_bitwise(got, ref[list(rows)], f"{what} rows {rows}")
-        _assert_bitwise(obs(s, p, idx, valid, rows, "xla"), ref[list(rows)], f"{what} xla rows")
+        assert_bitwise(got, ref[list(rows)], f"{what} rows {rows}")
+        assert_bitwise(obs(s, p, idx, valid, rows, "xla"), ref[list(rows)], f"{what} xla rows")
     got = obs(s, p, *lists["jax"], rows_all, "pallas", (("reciprocal", False),))
     ref = np.asarray(obs(s, p, *lists["jax"], rows_all, "xla"))
     np.testing.assert_allclose(np.asarray(got), ref, rtol=2.4e-7, atol=0)
@@ -321,7 +303,7 @@ def test_config_and_registry() -> None:
     kw = dict(num_taggers=2, num_runners=3, use_full_observation=True, impl="jax")
     a, b = TagContinuous(**kw, knn_obs_impl="pallas"), TagContinuous(**kw)
     key = jax.random.key(0)
-    _assert_bitwise(jax.jit(a.reset)(key), jax.jit(b.reset)(key), "full observation")
+    assert_bitwise(jax.jit(a.reset)(key), jax.jit(b.reset)(key), "full observation")
     assert ko.obs_size(10) == 71
 
 

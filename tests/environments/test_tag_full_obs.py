@@ -18,6 +18,7 @@ import pytest
 import jaxdrive
 from environments.tag_continuous import TagContinuous, TagContinuousParams, TagState
 from environments.tag_continuous import full_obs as fo
+from tests.environments.bitwise import assert_bitwise
 
 FORMS = [i for i in fo.IMPLS if i != "gather"]
 
@@ -37,25 +38,6 @@ ENVS = {
 
 def _env(name: str, impl: str = "gather") -> TagContinuous:
     return TagContinuous(**ENVS[name], use_full_observation=True, full_obs_impl=impl)
-
-
-def _bits(x) -> np.ndarray:
-    a = np.asarray(x)
-    return a.view(np.uint32) if a.dtype == np.float32 else a
-
-
-def _assert_bitwise(a, b, what: str) -> None:
-    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
-    assert jax.tree.structure(a) == jax.tree.structure(b), what
-    for x, y in zip(la, lb, strict=True):
-        assert np.asarray(x).shape == np.asarray(y).shape, what
-        bad = _bits(x) != _bits(y)
-        if np.any(bad):
-            idx = tuple(np.argwhere(bad)[0])
-            raise AssertionError(
-                f"{what}: {int(bad.sum())} elements differ, first at {idx}: "
-                f"{np.asarray(x)[idx]!r} vs {np.asarray(y)[idx]!r}"
-            )
 
 
 def _observe_original(env: TagContinuous, state: TagState, params, lo: int, hi: int):
@@ -135,16 +117,16 @@ def test_forms_equal_original(name: str, impl: str) -> None:
         s = _random_state(rng, env, p.grid_length)
         ref = np.asarray(_original_jit(name)(s, p))  # [M, D]
         got = _form_jit(name, impl, tuple(range(m)))(s, p)
-        _assert_bitwise(got, ref, f"{name} {impl} all rows")
+        assert_bitwise(got, ref, f"{name} {impl} all rows")
         for g in env.groups:
             ids = env.group_ids(g)
             got = _form_jit(name, impl, ids)(s, p)
-            _assert_bitwise(got, ref[list(ids)], f"{name} {impl} group {g}")
+            assert_bitwise(got, ref[list(ids)], f"{name} {impl} group {g}")
         # The public observe() (all rows, and a row range).
-        _assert_bitwise(jax.jit(env.observe)(s, p), ref, f"{name} {impl} observe")
+        assert_bitwise(jax.jit(env.observe)(s, p), ref, f"{name} {impl} observe")
         lo, hi = 1, m - 1
         got = jax.jit(lambda s, p, env=env, lo=lo, hi=hi: env.observe(s, p, (lo, hi)))(s, p)
-        _assert_bitwise(got, ref[lo:hi], f"{name} {impl} observe rows")
+        assert_bitwise(got, ref[lo:hi], f"{name} {impl} observe rows")
 
 
 @pytest.mark.parametrize("impl", fo.IMPLS)
@@ -158,7 +140,7 @@ def test_forms_with_constant_params(impl: str) -> None:
     s = _random_state(rng, env, p.grid_length)
     ref = jax.jit(lambda s: _observe_original(env, s, p, 0, m))(s)
     got = jax.jit(lambda s: env.observe(s, p))(s)
-    _assert_bitwise(got, ref, f"{impl} constant params")
+    assert_bitwise(got, ref, f"{impl} constant params")
 
 
 @pytest.mark.parametrize("impl", FORMS)
@@ -171,10 +153,10 @@ def test_env_step_identical(impl: str) -> None:
         s = _random_state(rng, env, p.grid_length)
         a = env.sample_actions(jax.random.key(1))
         key = jax.random.key(2)
-        _assert_bitwise(
+        assert_bitwise(
             jax.jit(env.step)(key, s, a, p), jax.jit(base.step)(key, s, a, p), f"{name} step"
         )
-        _assert_bitwise(jax.jit(env.reset)(key, p), jax.jit(base.reset)(key, p), f"{name} reset")
+        assert_bitwise(jax.jit(env.reset)(key, p), jax.jit(base.reset)(key, p), f"{name} reset")
 
 
 @pytest.mark.parametrize("impl", FORMS)
@@ -187,7 +169,7 @@ def test_vectorized_rollout_identical(impl: str) -> None:
     ref = jaxdrive.rollout(base, jaxdrive.random_policy(base), key, p, num_envs=4, num_steps=8)
     got = jaxdrive.rollout(env, jaxdrive.random_policy(env), key, p, num_envs=4, num_steps=8)
     assert np.asarray(ref.timesteps.done).any()
-    _assert_bitwise(got, ref, f"{impl} rollout")
+    assert_bitwise(got, ref, f"{impl} rollout")
 
 
 def _inputs(env: TagContinuous, s: TagState, p: TagContinuousParams):
@@ -212,7 +194,7 @@ def test_pallas_tiles_and_options() -> None:
     rows = (7, 3, 30, 31, 0)
     for kw in (dict(block_rows=2, block_cols=32), dict(block_rows=8, block_cols=512)):
         f = lambda s, p, kw=kw: fo.full_obs_pallas(*_insert(_inputs(env, s, p), rows), **kw)
-        _assert_bitwise(jax.jit(f)(s, p), ref[list(rows)], f"pallas {kw}")
+        assert_bitwise(jax.jit(f)(s, p), ref[list(rows)], f"pallas {kw}")
     # reciprocal=False: a true division, within one ulp of the reference.
     f = lambda s, p: fo.full_obs_pallas(*_insert(_inputs(env, s, p), range(m)), reciprocal=False)
     np.testing.assert_allclose(np.asarray(jax.jit(f)(s, p)), ref, rtol=2.4e-7, atol=0)
@@ -245,7 +227,7 @@ def test_vmapped_forms_batched_params() -> None:
     for impl in FORMS:
         e = _env("3+5", impl)
         got = jax.jit(jax.vmap(lambda s, p, e=e: e._observe_full(s, p, e.runner_ids)))(s, p)
-        _assert_bitwise(got, np.asarray(ref)[:, list(e.runner_ids)], f"vmap {impl}")
+        assert_bitwise(got, np.asarray(ref)[:, list(e.runner_ids)], f"vmap {impl}")
 
 
 def test_config_and_registry() -> None:
@@ -263,7 +245,7 @@ def test_config_and_registry() -> None:
     a = TagContinuous(num_taggers=2, num_runners=3, full_obs_impl="select", impl="jax")
     b = TagContinuous(num_taggers=2, num_runners=3, impl="jax")
     key = jax.random.key(0)
-    _assert_bitwise(jax.jit(a.reset)(key), jax.jit(b.reset)(key), "partial")
+    assert_bitwise(jax.jit(a.reset)(key), jax.jit(b.reset)(key), "partial")
 
 
 def test_full_obs_argument_checks() -> None:

@@ -10,17 +10,7 @@ import pytest
 
 import jaxdrive
 from environments.tag_continuous import TagContinuous, TagContinuousParams, TagState
-
-
-def _assert_bitwise(got, ref, what: str) -> None:
-    lg, tg = jax.tree.flatten(got)
-    lr, tr = jax.tree.flatten(ref)
-    assert tg == tr, f"{what}: tree structures differ"
-    for i, (a, b) in enumerate(zip(lg, lr, strict=True)):
-        a, b = np.asarray(a), np.asarray(b)
-        assert a.dtype == b.dtype and a.shape == b.shape, f"{what}[{i}]: {a.dtype}{a.shape}"
-        same = a.reshape(-1).view(np.uint8) == b.reshape(-1).view(np.uint8)
-        assert same.all(), f"{what}[{i}]: differs\n got {a}\n ref {b}"
+from tests.environments.bitwise import assert_bitwise
 
 
 def _pair(**kw) -> tuple[TagContinuous, TagContinuous]:
@@ -101,10 +91,10 @@ def test_random_states(exits: bool, ids, full: bool) -> None:
         s = _random_state(rng, env, p, t)
         a = _actions(rng, env)
         ref = jax.jit(ref_env.step_env)(key, s, a, p)
-        _assert_bitwise(jax.jit(env.step_env)(key, s, a, p), ref, f"traced t={t}")
+        assert_bitwise(jax.jit(env.step_env)(key, s, a, p), ref, f"traced t={t}")
         got = jax.jit(lambda s, a: env.step_env(key, s, a, p))(s, a)
         ref = jax.jit(lambda s, a: ref_env.step_env(key, s, a, p))(s, a)
-        _assert_bitwise(got, ref, f"constant t={t}")
+        assert_bitwise(got, ref, f"constant t={t}")
     # a batch of 3 envs, shared then batched params
     rows = [_random_state(rng, env, p, t) for t in (1, 5, 2)]
     s = jax.tree.map(lambda *v: jnp.stack(v), *rows)
@@ -112,11 +102,11 @@ def test_random_states(exits: bool, ids, full: bool) -> None:
     keys = jax.random.split(key, 3)
     vm = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
     vr = jax.vmap(ref_env.step_env, in_axes=(0, 0, 0, None))
-    _assert_bitwise(jax.jit(vm)(keys, s, a, p), jax.jit(vr)(keys, s, a, p), "vmap shared")
+    assert_bitwise(jax.jit(vm)(keys, s, a, p), jax.jit(vr)(keys, s, a, p), "vmap shared")
     pb = jax.tree.map(lambda *v: jnp.asarray(v, jnp.float32), *[_params(rng) for _ in rows])
     vm = jax.vmap(env.step_env)
     vr = jax.vmap(ref_env.step_env)
-    _assert_bitwise(jax.jit(vm)(keys, s, a, pb), jax.jit(vr)(keys, s, a, pb), "vmap batched")
+    assert_bitwise(jax.jit(vm)(keys, s, a, pb), jax.jit(vr)(keys, s, a, pb), "vmap batched")
 
 
 def test_ties_and_tagging_distance() -> None:
@@ -145,7 +135,7 @@ def test_ties_and_tagging_distance() -> None:
     key = jax.random.key(0)
     got = jax.jit(env.step_env)(key, s, a, p)
     ref = jax.jit(ref_env.step_env)(key, s, a, p)
-    _assert_bitwise(got, ref, "ties")
+    assert_bitwise(got, ref, "ties")
     ts = got[1]
     np.testing.assert_array_equal(ts.reward["tagger"], np.float32([0.1 + 0.1, 0, 0]))
     np.testing.assert_array_equal(ts.active["runner"], [False, False, True, True, True])
@@ -164,7 +154,7 @@ def test_rollout_auto_reset() -> None:
     got = jaxdrive.rollout(env, jaxdrive.random_policy(env), key, p, **kw)
     assert np.asarray(ref.timesteps.done).any()
     assert np.asarray(ref.timesteps.extras["num_tags"]).sum() > 0
-    _assert_bitwise(got, ref, "rollout")
+    assert_bitwise(got, ref, "rollout")
     venv = jaxdrive.vectorize(env, 3)
     venv_ref = jaxdrive.vectorize(ref_env, 3)
     s, ts = jax.jit(venv.reset)(key, p)
@@ -176,4 +166,4 @@ def test_rollout_auto_reset() -> None:
         act = pol(k, ts.obs)
         s, ts = step(k, s, act, p)
         sr, tsr = step_ref(k, sr, act, p)
-        _assert_bitwise((s, ts), (sr, tsr), f"vectorize step {i}")
+        assert_bitwise((s, ts), (sr, tsr), f"vectorize step {i}")
