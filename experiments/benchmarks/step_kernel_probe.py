@@ -12,11 +12,9 @@ neighbour search):
    whole ``(state, TimeStep)`` and the largest absolute difference, params closed over
    (constants) and traced. States: the reset ones, after ``--sk_check_steps`` random
    steps (some runners tagged out), and the same at the episode's last step.
-   Caveat: with constant params, the XLA step's action tables (`env.action_values`
-   fused into its gather) are not np.linspace's float32 values for WarpDrive's settings
-   (9 of 21 acceleration values differ on the CPU), while the kernel's are; so the
-   "constant" rows can differ for that reason alone (on the CPU they do, in speed,
-   direction, acceleration and everything after). The "traced" rows are the clean test.
+   (`env.action_values` keeps its bounds behind an optimization barrier, so both steps
+   use np.linspace's float32 tables with constant params too; before that, XLA folded
+   the constant tables with other roundings and the "constant" rows differed.)
 2. **time**: `experiments.benchmarks.timing.time_env_steps` (env-only stepping: a scan
    of ``--sk_steps`` vmapped steps with random actions, auto-reset) for ``step_impl``
    ``xla`` and ``pallas``, each with ``knn_obs_impl`` ``xla`` and ``pallas``.

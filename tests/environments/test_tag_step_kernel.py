@@ -167,3 +167,15 @@ def test_rollout_auto_reset() -> None:
         s, ts = step(k, s, act, p)
         sr, tsr = step_ref(k, sr, act, p)
         assert_bitwise((s, ts), (sr, tsr), f"vectorize step {i}")
+
+
+@pytest.mark.slow
+def test_step_kernel_probe_check_tiny() -> None:
+    """The GPU probe's check rows at a tiny size (interpret mode): every form, state set
+    and params mode agrees bit for bit with the XLA step."""
+    from experiments.benchmarks import step_kernel_probe
+
+    rows = step_kernel_probe.check(2, 5, 3, 3, 3)
+    assert len(rows) == 3 * 2 * 2  # state sets x params modes x forms
+    assert {r["form"] for r in rows} == {"pallas", "pallas_fence"}
+    assert all(r["elements"] > 0 and r["differing"] == 0 for r in rows), rows
