@@ -2,7 +2,7 @@
 (10+100), 25 steps, fc 256×256), float32 and bfloat16, in one process:
 
 * ``separate``: the policy heads ``[256, 42]`` and the value head ``[256, 1]`` as two GEMMs;
-* ``fused``: one GEMM ``[256, 43]`` (`ActorCritic.__call__`'s layout);
+* ``fused``: one GEMM ``[256, 43]``;
 * ``fused<N>``: one GEMM whose output is zero-padded to a multiple of ``N`` columns.
 
 Parameters and results are the same in every layout (the padding columns are constants);
@@ -27,9 +27,9 @@ _ORIGINAL_CALL = networks.ActorCritic.__call__
 
 def _layout_call(variant: str):
     """An ``ActorCritic.__call__`` for shared torsos computing the heads as ``variant``."""
-    if variant == "fused":
-        return _ORIGINAL_CALL
-    multiple = int(variant.removeprefix("fused")) if variant.startswith("fused") else 0
+    # "fused" is the unpadded joint GEMM (multiple 1): spelled out here, because
+    # `ActorCritic.__call__` itself now picks the layout by compute dtype.
+    multiple = int(variant.removeprefix("fused") or 1) if variant.startswith("fused") else 0
 
     def call(self, obs, critic_obs=None):
         if not self.shared_torso:

@@ -26,7 +26,7 @@ from environments.tag_continuous import (
     neighbors,
 )
 from environments.tag_continuous import knn_obs as ko
-from tests.environments.bitwise import assert_bitwise
+from tests.environments.tag_helpers import assert_bitwise, random_obs_params, random_tag_state
 
 ENVS = {
     "3+5_k2": dict(num_taggers=3, num_runners=5, episode_length=9, num_other_agents_observed=2),
@@ -84,30 +84,11 @@ def _observe_original(env: TagContinuous, state: TagState, params, lo: int, hi: 
 
 
 def _random_state(rng: np.random.Generator, env: TagContinuous, L: float, frac: float):
-    """Positions uniform in ``[0, L]²``, about ``frac`` of the agents in the game (the
-    taggers always), an exact duplicate position (zero differences, ``-0.0``)."""
-    m = env.num_agents_total
-    in_game = rng.uniform(size=m) < frac
-    in_game[list(env.tagger_ids)] = True
-    f = lambda lo, hi: rng.uniform(lo, hi, m).astype(np.float32)
-    x, y = f(0, L), f(0, L)
-    j = rng.integers(1, m)
-    x[j], y[j] = x[0], y[0]
-    return TagState(
-        x=jnp.asarray(x),
-        y=jnp.asarray(y),
-        speed=jnp.asarray(f(0, 1) * in_game),
-        direction=jnp.asarray(f(0, 2 * np.pi) * in_game),
-        acceleration=jnp.asarray(f(-1, 1) * in_game),
-        in_game=jnp.asarray(in_game),
-        t=jnp.int32(rng.integers(0, env.episode_length)),
-    )
+    """`random_tag_state` with about ``frac`` in the game and a duplicated position."""
+    return random_tag_state(rng, env, L, frac, "xy")
 
 
-def _params(rng: np.random.Generator) -> TagContinuousParams:
-    return TagContinuousParams(
-        grid_length=float(rng.uniform(0.5, 20.0)), max_speed=float(rng.uniform(0.1, 3.0))
-    )
+_params = random_obs_params
 
 
 def _original_observations(env: TagContinuous, state: TagState, params):

@@ -18,7 +18,7 @@ import pytest
 import jaxdrive
 from environments.tag_continuous import TagContinuous, TagContinuousParams, TagState
 from environments.tag_continuous import full_obs as fo
-from tests.environments.bitwise import assert_bitwise
+from tests.environments.tag_helpers import assert_bitwise, random_obs_params, random_tag_state
 
 FORMS = [i for i in fo.IMPLS if i != "gather"]
 
@@ -69,27 +69,11 @@ def _observe_original(env: TagContinuous, state: TagState, params, lo: int, hi: 
 
 
 def _random_state(rng: np.random.Generator, env: TagContinuous, L: float) -> TagState:
-    m = env.num_agents_total
-    in_game = rng.uniform(size=m) < 0.7
-    in_game[list(env.tagger_ids)] = True
-    f = lambda lo, hi: rng.uniform(lo, hi, m).astype(np.float32)
-    x, y = f(0, L), f(0, L)
-    x[rng.integers(0, m)] = x[0]  # equal values: exact zeros (and -0.0 out of the game)
-    return TagState(
-        x=jnp.asarray(x),
-        y=jnp.asarray(y),
-        speed=jnp.asarray(f(0, 1) * in_game),
-        direction=jnp.asarray(f(0, 2 * np.pi) * in_game),
-        acceleration=jnp.asarray(f(-1, 1) * in_game),
-        in_game=jnp.asarray(in_game),
-        t=jnp.int32(rng.integers(0, env.episode_length)),
-    )
+    """`random_tag_state` with about 70% in the game and a duplicated x."""
+    return random_tag_state(rng, env, L, 0.7, "x")
 
 
-def _params(rng: np.random.Generator) -> TagContinuousParams:
-    return TagContinuousParams(
-        grid_length=float(rng.uniform(0.5, 20.0)), max_speed=float(rng.uniform(0.1, 3.0))
-    )
+_params = random_obs_params
 
 
 @functools.cache

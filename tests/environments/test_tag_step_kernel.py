@@ -10,7 +10,7 @@ import pytest
 
 import jaxdrive
 from environments.tag_continuous import TagContinuous, TagContinuousParams, TagState
-from tests.environments.bitwise import assert_bitwise
+from tests.environments.tag_helpers import assert_bitwise
 
 
 def _pair(**kw) -> tuple[TagContinuous, TagContinuous]:

@@ -1,0 +1,80 @@
+"""Shared by the Tag kernel tests: bit-for-bit comparison of pytrees, random states and
+observation params."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from environments.tag_continuous import TagContinuous, TagContinuousParams, TagState
+
+__all__ = ["assert_bitwise", "random_obs_params", "random_tag_state"]
+
+
+def _bits(x: Any) -> np.ndarray:
+    """The array's bytes as unsigned integers of its item size (so −0.0 ≠ 0.0, NaN = NaN)."""
+    a = np.asarray(x)
+    if a.dtype == np.bool_:
+        return a
+    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+def assert_bitwise(a: Any, b: Any, what: str) -> None:
+    """Asserts ``a`` and ``b`` have the same tree structure, dtypes, shapes and bits;
+    the message names ``what``, the leaf, the count of differing elements and the first."""
+    la, ta = jax.tree.flatten(a)
+    lb, tb = jax.tree.flatten(b)
+    assert ta == tb, f"{what}: tree structures differ: {ta} vs {tb}"
+    for i, (x, y) in enumerate(zip(la, lb, strict=True)):
+        x, y = np.asarray(x), np.asarray(y)
+        assert x.dtype == y.dtype and x.shape == y.shape, (
+            f"{what}[{i}]: {x.dtype}{x.shape} vs {y.dtype}{y.shape}"
+        )
+        bad = _bits(x) != _bits(y)
+        if np.any(bad):
+            idx = tuple(np.argwhere(bad)[0])
+            raise AssertionError(
+                f"{what}[{i}]: {int(bad.sum())} elements differ, first at {idx}: "
+                f"{x[idx]!r} vs {y[idx]!r}"
+            )
+
+
+def random_tag_state(
+    rng: np.random.Generator, env: TagContinuous, L: float, frac: float, duplicate: str
+) -> TagState:
+    """Positions uniform in ``[0, L]²``, about ``frac`` of the agents in the game (the
+    taggers always), random speeds, directions and accelerations (0 out of the game), a
+    random ``t``, and an exact duplicate value (zero differences, ``-0.0``):
+    ``duplicate="x"`` copies agent 0's x to a random agent, ``"xy"`` its position to a
+    random other agent."""
+    m = env.num_agents_total
+    in_game = rng.uniform(size=m) < frac
+    in_game[list(env.tagger_ids)] = True
+    f = lambda lo, hi: rng.uniform(lo, hi, m).astype(np.float32)
+    x, y = f(0, L), f(0, L)
+    if duplicate == "x":
+        x[rng.integers(0, m)] = x[0]
+    elif duplicate == "xy":
+        j = rng.integers(1, m)
+        x[j], y[j] = x[0], y[0]
+    else:
+        raise ValueError(f"duplicate must be 'x' or 'xy', got {duplicate!r}")
+    return TagState(
+        x=jnp.asarray(x),
+        y=jnp.asarray(y),
+        speed=jnp.asarray(f(0, 1) * in_game),
+        direction=jnp.asarray(f(0, 2 * np.pi) * in_game),
+        acceleration=jnp.asarray(f(-1, 1) * in_game),
+        in_game=jnp.asarray(in_game),
+        t=jnp.int32(rng.integers(0, env.episode_length)),
+    )
+
+
+def random_obs_params(rng: np.random.Generator) -> TagContinuousParams:
+    """Default params with a random grid length and maximum speed (the observation's scales)."""
+    return TagContinuousParams(
+        grid_length=float(rng.uniform(0.5, 20.0)), max_speed=float(rng.uniform(0.1, 3.0))
+    )
