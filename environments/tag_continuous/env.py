@@ -418,13 +418,17 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         return "pallas" if gpu and self._resolved_impl() == "pallas" else "gather"
 
     def _resolved_knn_obs_impl(self) -> str:
-        # "auto" stays on the XLA form until the kernel has been compiled and timed on a
-        # GPU (written without one: see experiments/benchmarks/NOTES.md); then "auto"
-        # should pick "pallas" on GPU when the search runs the Pallas kernels.
-        return "xla" if self.knn_obs_impl == "auto" else self.knn_obs_impl
+        # "auto": the Pallas writer on GPU when the search runs the Pallas kernels
+        # (H200, 1000 x (10+100), k = 10: the step 0.144 -> 0.131 ms; 2000 x (5+995):
+        # 2.84 -> 2.65 ms; <= 1 float32 ulp from the XLA form), else the XLA form.
+        if self.knn_obs_impl != "auto":
+            return self.knn_obs_impl
+        gpu = jax.default_backend() == "gpu"
+        return "pallas" if gpu and self._resolved_impl() == "pallas" else "xla"
 
     def _resolved_step_impl(self) -> str:
-        # "auto" stays on XLA until the kernel has been compiled and timed on a GPU.
+        # "auto" stays on XLA: the one-kernel step measured no faster on an H200
+        # (0.146 vs 0.144 ms per step at 1000 x (10+100), experiments/benchmarks/NOTES.md).
         return "xla" if self.step_impl == "auto" else self.step_impl
 
     def _search_module(self):

@@ -264,8 +264,9 @@ def test_config_and_registry() -> None:
     with pytest.raises(ValueError, match=r"knn_obs_impl must be one of \('auto', 'xla'"):
         TagContinuous(knn_obs_impl="triton")
     assert TagContinuous().knn_obs_impl == "auto"
-    # "auto": the XLA form until the kernel has been timed on a GPU.
-    assert TagContinuous()._resolved_knn_obs_impl() == "xla"
+    # "auto": the Pallas writer on GPU with the Pallas searches, else the XLA form.
+    gpu = jax.default_backend() == "gpu"
+    assert TagContinuous()._resolved_knn_obs_impl() == ("pallas" if gpu else "xla")
     assert TagContinuous(impl="jax")._resolved_knn_obs_impl() == "xla"
     assert TagContinuous(knn_obs_impl="pallas")._resolved_knn_obs_impl() == "pallas"
     env, _ = jaxdrive.make("tag_continuous", knn_obs_impl="pallas")
