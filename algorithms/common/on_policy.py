@@ -684,11 +684,44 @@ def make_on_policy_trainer(
                 mbs = jax.tree.map(split, batch)
             return jax.lax.scan(mb_step, carry, pad_minibatch_rows(mbs))
 
+        def whole_batch_pullback(params):
+            """The network's pullback at the whole batch ``[T, NL, A_p, ...]`` built from the
+            residuals the rollout kept for each step (its leaves stacked ``[T, ...]``): the
+            same VJP traced at the batch's shape, its residuals swapped for the kept ones
+            (so its forward pass is dead code), so that the backward GEMMs run once over
+            all ``M`` rows instead of ``T`` times over ``NL·A_p``. Returns
+            ``(pullback, primal output shapes)``."""
+            x = jnp.zeros((T, NL, A, in_sizes[p]), jnp.float32)
+            c = None
+            if hp["centralized_critic"]:
+                c = jnp.zeros((T, NL, A, gs_size + obs_sizes[p]), jnp.float32)
+            out, fresh = jax.vjp(lambda prm: net.apply(prm, x, c), params)
+            fresh_leaves, treedef = jax.tree.flatten(fresh)
+            kept = jax.tree.leaves(tr["pullback"])
+            if len(kept) != len(fresh_leaves):
+                raise ValueError(
+                    f"policy {p!r}: the rollout kept {len(kept)} VJP residuals, the batch's "
+                    f"VJP has {len(fresh_leaves)}; set reuse_rollout_forward=False"
+                )
+            leaves = []
+            for f, k in zip(fresh_leaves, kept, strict=True):
+                if k.dtype == f.dtype and k.shape[1:] == f.shape:  # the same every step
+                    leaves.append(k[0])
+                elif k.dtype == f.dtype and k.size == f.size:  # per step: [T, ...] stacked
+                    leaves.append(k.reshape(f.shape))
+                else:
+                    raise ValueError(
+                        f"policy {p!r}: a kept VJP residual {k.dtype}{list(k.shape)} does not "
+                        f"match the batch's {f.dtype}{list(f.shape)}; set "
+                        "reuse_rollout_forward=False"
+                    )
+            return jax.tree.unflatten(treedef, leaves), out
+
         def replay_step(params, opt_state):
             # The network's outputs and VJP residuals were kept by the rollout, whose
             # parameters are these: differentiate the loss with respect to the outputs,
-            # then pull the cotangents back through each step's residuals (vmapped over
-            # T) and sum. No forward pass here; the same gradient as `grad_fn`.
+            # then pull the cotangents back through the kept residuals. No forward pass
+            # here; the same gradient as `grad_fn`.
             def batched(leaf):  # a per-agent leaf [T, NL, A_p, ...] (else constant, [T, ...])
                 return leaf.shape[:3] == (T, NL, A)
 
@@ -699,18 +732,19 @@ def make_on_policy_trainer(
             (_, aux), g_outs = jax.value_and_grad(
                 lambda o: loss_of_outputs(o[0], o[1], batch), has_aux=True
             )(outs)
-            g_dist, g_value = g_outs
+            pull, shapes = whole_batch_pullback(params)
             # constant leaves (e.g. action bounds) do not depend on the parameters
-            g_dist = jax.tree.map(
-                lambda g, ref: (
-                    g.reshape(ref.shape).astype(ref.dtype) if batched(ref) else jnp.zeros_like(ref)
+            cts = jax.tree.map(
+                lambda g, ref, shp: (
+                    g.reshape(shp.shape).astype(shp.dtype)
+                    if batched(ref)
+                    else jnp.zeros(shp.shape, shp.dtype)
                 ),
-                g_dist,
-                tr["dist"],
+                g_outs,
+                (tr["dist"], tr["value"]),
+                shapes,
             )
-            g_value = g_value.reshape(tr["value"].shape)
-            per_step = jax.vmap(lambda pull, ct: pull(ct)[0])(tr["pullback"], (g_dist, g_value))
-            grads = jax.tree.map(lambda g: jnp.sum(g, 0), per_step)
+            (grads,) = pull(cts)
             grads, aux = maybe_psum((grads, aux), axis)
             aux["grad_norm"] = optax.global_norm(grads)
             updates, opt_state = tx.update(grads, opt_state, params)
