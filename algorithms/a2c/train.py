@@ -32,9 +32,6 @@ ALGO_DEFAULTS: dict[str, Any] = {
     "normalize_obs": False,
     "normalize_rewards": False,
     "centralized_critic": False,
-    # keep the rollout's forward pass (outputs and VJP residuals) for the gradient step
-    # instead of running the network again over the batch; the same gradient
-    "reuse_rollout_forward": True,
 }
 
 

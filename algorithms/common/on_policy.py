@@ -326,15 +326,6 @@ def make_on_policy_trainer(
         )
         for p, s in specs.items()
     }
-    # One gradient step on the whole batch (A2C) differentiates the very forward pass the
-    # rollout made (same parameters, same inputs): with ``reuse_rollout_forward`` the
-    # rollout keeps each step's network outputs and VJP residuals (`jax.vjp`), and the
-    # learning step pulls the loss's cotangents back through them instead of running the
-    # network again over the whole batch.
-    replay = {
-        p: single_step and bool(s.hp.get("reuse_rollout_forward", False)) and not s.frozen
-        for p, s in specs.items()
-    }
     need_gs = any(bool(s.hp["centralized_critic"]) for s in specs.values())
     gs_size = 0
     if need_gs:
@@ -491,35 +482,14 @@ def make_on_policy_trainer(
                     raw = dist.sample(k)
                     return raw, dist.log_prob(raw), value, dist.to_env(raw)
 
-                if replay[p]:
-                    # The whole [NL, A_p] batch at once, keeping the VJP's residuals for
-                    # the learning step (see `replay` above); sampling per env as below.
-                    (dist, value), pullback = jax.vjp(
-                        lambda prm, x=x, c=c, p=p: nets[p].apply(prm, x, c), pols[p].params
-                    )
-                    lead = (NL, specs[p].num_agents)
-                    axes = jax.tree.map(lambda a, ld=lead: 0 if a.shape[:2] == ld else None, dist)
-
-                    def draw(d, k):
-                        raw = d.sample(k)
-                        return raw, d.log_prob(raw), d.to_env(raw)
-
-                    raw, logp, env_actions[p] = jax.vmap(draw, in_axes=(axes, 0))(
-                        dist, env_keys(kp, ids)
-                    )
-                else:
-                    raw, logp, value, env_actions[p] = jax.vmap(act_one)(x, c, env_keys(kp, ids))
+                raw, logp, value, env_actions[p] = jax.vmap(act_one)(x, c, env_keys(kp, ids))
                 out[p] = {
+                    "obs": obs.astype(obs_dtypes[p]),
                     "action": raw,
                     "logp": logp,
                     "value": value,
                     "active": active_p[p],
                 }
-                if not replay[p] or specs[p].hp["normalize_obs"]:
-                    out[p]["obs"] = obs.astype(obs_dtypes[p])
-                if replay[p]:
-                    out[p]["dist"] = dist
-                    out[p]["pullback"] = pullback
             env_state, nts, final_obs = env_step(
                 k_env, ids, env_state, pmap.to_groups(env_actions, axis=1)
             )
@@ -603,6 +573,7 @@ def make_on_policy_trainer(
             reward, value, next_values, ends, hp["gamma"], hp["gae_lambda"]
         )
         batch = {
+            "obs": tr["obs"].reshape(M, in_sizes[p]),
             "action": tr["action"].reshape(M, *tr["action"].shape[3:]),
             "old_logp": tr["logp"].reshape(M),
             "old_value": value.reshape(M),
@@ -610,9 +581,7 @@ def make_on_policy_trainer(
             "target": targets.reshape(M),
             "mask": active.reshape(M),
         }
-        if "obs" in tr:
-            batch["obs"] = tr["obs"].reshape(M, in_sizes[p])
-        if hp["centralized_critic"] and not replay[p]:
+        if hp["centralized_critic"]:
             batch["row"] = jnp.arange(M, dtype=jnp.int32) // A  # index into gs_all [T*NL, D]
         n_mb, n_ep = minibatches[p], epochs[p]
         net, tx = nets[p], txs[p]
@@ -627,9 +596,6 @@ def make_on_policy_trainer(
             x = normalize(p, obs_norm, mb["obs"])
             c = critic_input(p, gs_all[mb["row"]], x) if hp["centralized_critic"] else None
             dist, v = net.apply(params, x, c)
-            return loss_of_outputs(dist, v, mb)
-
-        def loss_of_outputs(dist, v, mb):
             logp, ent = log_prob_and_entropy(dist, mb["action"])
             a = mb["advantage"]
             if hp["normalize_advantages"]:
@@ -684,78 +650,9 @@ def make_on_policy_trainer(
                 mbs = jax.tree.map(split, batch)
             return jax.lax.scan(mb_step, carry, pad_minibatch_rows(mbs))
 
-        def whole_batch_pullback(params):
-            """The network's pullback at the whole batch ``[T, NL, A_p, ...]`` built from the
-            residuals the rollout kept for each step (its leaves stacked ``[T, ...]``): the
-            same VJP traced at the batch's shape, its residuals swapped for the kept ones
-            (so its forward pass is dead code), so that the backward GEMMs run once over
-            all ``M`` rows instead of ``T`` times over ``NL·A_p``. Returns
-            ``(pullback, primal output shapes)``."""
-            x = jnp.zeros((T, NL, A, in_sizes[p]), jnp.float32)
-            c = None
-            if hp["centralized_critic"]:
-                c = jnp.zeros((T, NL, A, gs_size + obs_sizes[p]), jnp.float32)
-            out, fresh = jax.vjp(lambda prm: net.apply(prm, x, c), params)
-            fresh_leaves, treedef = jax.tree.flatten(fresh)
-            kept = jax.tree.leaves(tr["pullback"])
-            if len(kept) != len(fresh_leaves):
-                raise ValueError(
-                    f"policy {p!r}: the rollout kept {len(kept)} VJP residuals, the batch's "
-                    f"VJP has {len(fresh_leaves)}; set reuse_rollout_forward=False"
-                )
-            leaves = []
-            for f, k in zip(fresh_leaves, kept, strict=True):
-                if k.dtype == f.dtype and k.shape[1:] == f.shape:  # the same every step
-                    leaves.append(k[0])
-                elif k.dtype == f.dtype and k.size == f.size:  # per step: [T, ...] stacked
-                    leaves.append(k.reshape(f.shape))
-                else:
-                    raise ValueError(
-                        f"policy {p!r}: a kept VJP residual {k.dtype}{list(k.shape)} does not "
-                        f"match the batch's {f.dtype}{list(f.shape)}; set "
-                        "reuse_rollout_forward=False"
-                    )
-            return jax.tree.unflatten(treedef, leaves), out
-
-        def replay_step(params, opt_state):
-            # The network's outputs and VJP residuals were kept by the rollout, whose
-            # parameters are these: differentiate the loss with respect to the outputs,
-            # then pull the cotangents back through the kept residuals. No forward pass
-            # here; the same gradient as `grad_fn`.
-            def batched(leaf):  # a per-agent leaf [T, NL, A_p, ...] (else constant, [T, ...])
-                return leaf.shape[:3] == (T, NL, A)
-
-            def flat(leaf):  # [T, NL, A_p, ...] -> [M, ...]; a constant leaf: step 0's
-                return leaf.reshape(M, *leaf.shape[3:]) if batched(leaf) else leaf[0]
-
-            outs = (jax.tree.map(flat, tr["dist"]), batch["old_value"])
-            (_, aux), g_outs = jax.value_and_grad(
-                lambda o: loss_of_outputs(o[0], o[1], batch), has_aux=True
-            )(outs)
-            pull, shapes = whole_batch_pullback(params)
-            # constant leaves (e.g. action bounds) do not depend on the parameters
-            cts = jax.tree.map(
-                lambda g, ref, shp: (
-                    g.reshape(shp.shape).astype(shp.dtype)
-                    if batched(ref)
-                    else jnp.zeros(shp.shape, shp.dtype)
-                ),
-                g_outs,
-                (tr["dist"], tr["value"]),
-                shapes,
-            )
-            (grads,) = pull(cts)
-            grads, aux = maybe_psum((grads, aux), axis)
-            aux["grad_norm"] = optax.global_norm(grads)
-            updates, opt_state = tx.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), aux
-
-        if replay[p]:
-            (params, opt_state), aux = replay_step(ps.params, ps.opt_state)
-        else:
-            (params, opt_state), aux = jax.lax.scan(
-                epoch, (ps.params, ps.opt_state), jax.random.split(key, n_ep)
-            )
+        (params, opt_state), aux = jax.lax.scan(
+            epoch, (ps.params, ps.opt_state), jax.random.split(key, n_ep)
+        )
         metrics = {f"loss/{p}/{k}": jnp.mean(v).astype(jnp.float32) for k, v in aux.items()}
         mask = batch["mask"]
         resid = batch["target"] - batch["old_value"]

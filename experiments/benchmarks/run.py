@@ -7,7 +7,6 @@ Suites:
   train    end-to-end training throughput: Tag 1000 envs × (10+100) (A2C as WarpDrive
            runs it: its shared-torso network, then PPO), CartPole 10,000 envs (A2C, fc 32×32).
   train_shapes  Tag training at 1000 vs 1024 envs (GEMM row counts; see NOTES.md).
-  train_replay  Tag A2C with and without reuse of the rollout's forward pass.
   train_layout  Tag A2C and PPO with a torso each for actor and critic vs one shared
            torso (WarpDrive's FullyConnected layout), float32 vs bfloat16 activations.
   learning the learning targets: PPO CartPole (8 vmapped seeds), PPO Acrobot, DDPG
@@ -35,8 +34,8 @@ from absl import app, flags
 
 FLAGS = flags.FLAGS
 SUITES = (
-    "quick", "env", "env_big", "classic", "train", "train_shapes", "train_layout",
-    "train_replay", "learning", "tag_sweep", "scaling",
+    "quick", "env", "env_big", "classic", "train", "train_shapes", "train_layout", "learning",
+    "tag_sweep", "scaling",
 )  # fmt: skip
 flags.DEFINE_enum("suite", "quick", SUITES, "which benchmark suite to run")
 flags.DEFINE_string("out", "experiments/benchmarks/results/results.jsonl", "JSON-lines output")
@@ -208,7 +207,6 @@ def run_suite(
 _TAG = {"num_envs": 1000, "num_steps": 25}
 _SHARED = {"policies.tagger.shared_torso": True, "policies.runner.shared_torso": True}
 _SEPARATE = {"policies.tagger.shared_torso": False, "policies.runner.shared_torso": False}
-_NO_REUSE = {"algo.reuse_rollout_forward": False}
 _BF16 = {"policies.tagger.compute_dtype": "bfloat16", "policies.runner.compute_dtype": "bfloat16"}
 
 # (name, config file, preset, overrides)
@@ -244,13 +242,6 @@ TRAIN_CONFIGS = {
         ("tag_ppo", "tag_continuous", "", {**_TAG}),
         ("tag_ppo_shared", "tag_continuous", "", {**_TAG, **_SHARED}),
         ("tag_ppo_shared_bf16", "tag_continuous", "", {**_TAG, **_SHARED, **_BF16}),
-    ],
-    # A2C's learning step reusing the rollout's forward pass (the default) or not
-    "train_replay": [
-        ("tag_a2c", "tag_continuous", "a2c", {**_TAG}),
-        ("tag_a2c_no_reuse", "tag_continuous", "a2c", {**_TAG, **_NO_REUSE}),
-        ("tag_a2c_bf16", "tag_continuous", "a2c", {**_TAG, **_BF16}),
-        ("tag_a2c_bf16_no_reuse", "tag_continuous", "a2c", {**_TAG, **_BF16, **_NO_REUSE}),
     ],
     "quick": [
         ("tag_ppo_tiny", "tag_continuous", "tiny", {}),
