@@ -1,6 +1,7 @@
 """Tag A2C training throughput (1000 envs × (10+100), 25 steps, shared torso) in float32
 and bfloat16 under the current ``XLA_FLAGS``: ``XLA_FLAGS=... python -m
-experiments.benchmarks.xla_flags_probe`` once per flag set, to A/B compiler options."""
+experiments.benchmarks.xla_flags_probe`` once per flag set, to A/B compiler options.
+``PROBE_DTYPES=bfloat16`` times one compute dtype only."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from experiments.benchmarks.training import load_config, time_training
 
 def main() -> None:
     flags = os.environ.get("XLA_FLAGS", "")
-    for dt in ("float32", "bfloat16"):
+    for dt in os.environ.get("PROBE_DTYPES", "float32,bfloat16").split(","):
         over = {f"policies.{p}.compute_dtype": dt for p in ("tagger", "runner")}
         config = load_config("tag_continuous", "a2c", num_envs=1000, num_steps=25, **over)
         config.total_env_steps = 10**9
