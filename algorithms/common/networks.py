@@ -164,7 +164,7 @@ class Categorical:
 
     def log_prob(self, x: jax.Array) -> jax.Array:
         """``log p(x)`` for ``x: [...]`` ints; returns ``[...]``."""
-        return _pick(self._log_probs(), x)
+        return _pick(self.logits, x) - jax.nn.logsumexp(self.logits, axis=-1)
 
     def entropy(self) -> jax.Array:
         """``[...]`` entropy in nats."""
@@ -197,7 +197,8 @@ class MultiCategorical:
 
     def log_prob(self, x: jax.Array) -> jax.Array:
         """``sum_d log p_d(x_d)`` for ``x: [..., D]``; returns ``[...]``."""
-        return jnp.sum(_pick(self._log_probs(), x), axis=-1)
+        lse = jax.nn.logsumexp(self.logits, axis=-1)
+        return jnp.sum(_pick(self.logits, x) - lse, axis=-1)
 
     def entropy(self) -> jax.Array:
         """``[...]``: the sum of the ``D`` entropies."""
@@ -708,6 +709,24 @@ class ActorCritic(nn.Module):
             h = self.critic_torso(obs if critic_obs is None else critic_obs)
         return self._value_of(h)
 
+    def act(self, obs: jax.Array, critic_obs: jax.Array | None = None) -> tuple[Any, jax.Array]:
+        """``__call__``'s ``(dist, value)`` for acting (no gradient taken): a shared torso's
+        policy and value heads always in one GEMM, zero-padded to a multiple of 8
+        columns (the layout ``__call__`` uses for float32; for bfloat16 it keeps two GEMMs,
+        which measured faster with their backward pass)."""
+        if not self.shared_torso:
+            return self(obs, critic_obs)
+        if critic_obs is not None:
+            raise ValueError("shared_torso cannot be used with a centralised critic input")
+        return self._joint_heads(self.torso(obs))
+
+    def _joint_heads(self, h: jax.Array) -> tuple[Any, jax.Array]:
+        kernel, bias = self.value_head(h.shape[-1])
+        pad = -(self.spec.num_outputs + 1) % 8
+        extra = (jnp.pad(kernel, ((0, 0), (0, pad))), jnp.pad(bias, (0, pad)))
+        dist, value = self.actor_head(h, extra)
+        return dist, value[..., 0]
+
     def __call__(
         self, obs: jax.Array, critic_obs: jax.Array | None = None
     ) -> tuple[Any, jax.Array]:
@@ -722,9 +741,5 @@ class ActorCritic(nn.Module):
             # float32: one GEMM for the policy heads and the value head, its output
             # zero-padded to a multiple of 8 columns ([H, K + 1 + pad]; the padding is
             # constant, parameters unchanged): 734K -> 758K env steps/s on Tag A2C
-            kernel, bias = self.value_head(h.shape[-1])
-            pad = -(self.spec.num_outputs + 1) % 8
-            extra = (jnp.pad(kernel, ((0, 0), (0, pad))), jnp.pad(bias, (0, pad)))
-            dist, value = self.actor_head(h, extra)
-            return dist, value[..., 0]
+            return self._joint_heads(h)
         return self.policy(obs), self.value(obs, critic_obs)

@@ -478,7 +478,7 @@ def make_on_policy_trainer(
                 x, c = inputs(p, pols[p], obs, gs_b)
 
                 def act_one(x, c, k, p=p):  # one env: x [A_p, O], c [A_p, C] or None
-                    dist, value = nets[p].apply(pols[p].params, x, c)
+                    dist, value = nets[p].apply(pols[p].params, x, c, method="act")
                     raw = dist.sample(k)
                     return raw, dist.log_prob(raw), value, dist.to_env(raw)
 
