@@ -62,6 +62,7 @@ __all__ = [
     "TanhGaussian",
     "ValueNetwork",
     "activation_fn",
+    "cast_kernels",
     "flat_obs_size",
     "log_prob_and_entropy",
     "padded_size",
@@ -543,6 +544,22 @@ class PaddedInputDense(nn.Module):
         if extra:
             kernel = jnp.pad(kernel, ((0, extra), (0, 0)))
         return jax.lax.dot_general(x, kernel, dims) + bias
+
+
+def cast_kernels(params: Any, dtype: Any) -> Any:
+    """``params`` (flax variables) with every ``kernel`` leaf cast to ``dtype`` when it is
+    not float32, else ``params`` itself. The networks here cast kernels to their compute
+    dtype before each GEMM, so applying them to the result gives the same outputs
+    (bit for bit) without repeating the casts, e.g. at every step of a rollout."""
+    if jnp.dtype(dtype) == jnp.float32:
+        return params
+
+    def cast(path: Any, leaf: jax.Array) -> jax.Array:
+        last = path[-1]
+        name = getattr(last, "key", getattr(last, "name", None))
+        return leaf.astype(dtype) if name == "kernel" else leaf
+
+    return jax.tree_util.tree_map_with_path(cast, params)
 
 
 def padded_size(n: int, multiple: int) -> int:

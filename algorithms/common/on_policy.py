@@ -80,6 +80,7 @@ from algorithms.common.networks import (
     ActionSpec,
     ActorCritic,
     activation_fn,
+    cast_kernels,
     flat_obs_size,
     log_prob_and_entropy,
     padded_size,
@@ -460,8 +461,13 @@ def make_on_policy_trainer(
         )
 
     # ---- rollout -----------------------------------------------------------------------
+    def acting_params(p: str, params: Any) -> Any:
+        # once per rollout: XLA does not hoist the network's kernel casts out of the loop
+        return cast_kernels(params, jnp.dtype(specs[p].hp["compute_dtype"]))
+
     def rollout(rs: RunnerState, key: jax.Array):
         pols = rs.policies
+        act_params = {p: acting_params(p, pols[p].params) for p in names}
 
         ids = env_ids()
 
@@ -478,7 +484,7 @@ def make_on_policy_trainer(
                 x, c = inputs(p, pols[p], obs, gs_b)
 
                 def act_one(x, c, k, p=p):  # one env: x [A_p, O], c [A_p, C] or None
-                    dist, value = nets[p].apply(pols[p].params, x, c, method="act")
+                    dist, value = nets[p].apply(act_params[p], x, c, method="act")
                     raw = dist.sample(k)
                     return raw, dist.log_prob(raw), value, dist.to_env(raw)
 
@@ -500,7 +506,7 @@ def make_on_policy_trainer(
                 for p in names:
                     obs = flat_obs(p, final_p[p], 2)
                     x, c = inputs(p, pols[p], obs, gs_b)
-                    vals[p] = nets[p].apply(pols[p].params, x, c, method="value")
+                    vals[p] = nets[p].apply(act_params[p], x, c, method="value")
                 return vals
 
             def no_values(_):
@@ -538,7 +544,7 @@ def make_on_policy_trainer(
         last_values = {}
         for p in names:
             x, c = inputs(p, pols[p], flat_obs(p, obs_p[p], 2), None if gs is None else gs[:, None])
-            last_values[p] = nets[p].apply(pols[p].params, x, c, method="value")
+            last_values[p] = nets[p].apply(act_params[p], x, c, method="value")
         return env_state, ts, traj, stats, last_values, gs
 
     # ---- learning ----------------------------------------------------------------------

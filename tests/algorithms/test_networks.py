@@ -21,6 +21,7 @@ from algorithms.common.networks import (
     MultiCategorical,
     QNetwork,
     TanhGaussian,
+    cast_kernels,
 )
 from algorithms.common.normalization import RunningMeanStd
 from jaxdrive.spaces import Box, Discrete, MultiDiscrete
@@ -396,3 +397,74 @@ def test_shared_torso_joint_heads_match_separate_heads(space, dtype):
     np.testing.assert_allclose(v1, v0, rtol=tol, atol=tol)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g0), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize("space", [MultiDiscrete([4, 4]), Box(-1.0, 1.0, (2,))])
+def test_act_and_cast_kernels(space, shared):
+    """``act`` (the rollout's forward: a shared torso's heads in one padded GEMM) gives
+    `__call__`'s distribution and value; kernels cast once by `cast_kernels` give the
+    same outputs bit for bit (bfloat16, padded input with a bias column), and float32
+    parameters are returned as they are."""
+    spec = ActionSpec.from_space(space)
+    net = ActorCritic(
+        spec,
+        (16, 16),
+        "relu",
+        shared_torso=shared,
+        obs_features=6,
+        critic_features=None if shared else 6,
+        compute_dtype=jnp.bfloat16,
+        bias_column=True,
+    )
+    obs = jax.random.normal(jax.random.key(0), (12, 6))
+    obs = jnp.concatenate([obs, jnp.ones((12, 1)), jnp.zeros((12, 1))], -1)  # [12, 8]
+    params = net.init(jax.random.key(1), obs)
+    cast = cast_kernels(params, jnp.bfloat16)
+    kernels = [
+        leaf for path, leaf in jax.tree_util.tree_leaves_with_path(cast) if path[-1].key == "kernel"
+    ]
+    assert kernels and all(k.dtype == jnp.bfloat16 for k in kernels)
+    assert all(
+        leaf.dtype == jnp.float32
+        for path, leaf in jax.tree_util.tree_leaves_with_path(cast)
+        if path[-1].key != "kernel"
+    )
+    assert cast_kernels(params, jnp.float32) is params
+    ref = jax.jit(lambda p: net.apply(p, obs))(params)
+    for p in (params, cast):
+        got = jax.jit(lambda q: net.apply(q, obs, method="act"))(p)
+        tol = 0.0 if not shared else 1e-2  # one GEMM for the heads: other roundings
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(ref), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
+    for method in ("act", "value", None):
+        a = jax.jit(lambda q, m=method: net.apply(q, obs, method=m))(params)
+        b = jax.jit(lambda q, m=method: net.apply(q, obs, method=m))(cast)
+        equal = all(
+            np.array_equal(np.asarray(x), np.asarray(y))
+            for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+        )
+        assert equal, method
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.lists(st.integers(1, 6), min_size=1, max_size=3))
+def test_log_prob_by_logsumexp_matches_log_softmax(seed, sizes):
+    """The categorical log-probs (``logit[x] − logsumexp``) equal picking from the
+    log-softmax, for random logits (padded classes included) and actions."""
+    k1, k2 = jax.random.split(jax.random.key(seed))
+    kmax = max(sizes)
+    logits = 3.0 * jax.random.normal(k1, (5, len(sizes), kmax))
+    pad = jnp.arange(kmax)[None, :] >= jnp.asarray(sizes)[:, None]
+    logits = jnp.where(pad, -1e9, logits)
+    dist = MultiCategorical(logits)
+    x = dist.sample(k2)
+    ref = np.take_along_axis(
+        np.asarray(jax.nn.log_softmax(logits, -1)), np.asarray(x)[..., None], -1
+    )[..., 0].sum(-1)
+    np.testing.assert_allclose(np.asarray(dist.log_prob(x)), ref, rtol=1e-5, atol=1e-5)
+    cat = Categorical(logits[:, 0, :])
+    ref0 = np.take_along_axis(
+        np.asarray(jax.nn.log_softmax(logits[:, 0], -1)), np.asarray(x)[:, :1], -1
+    )[:, 0]
+    np.testing.assert_allclose(np.asarray(cat.log_prob(x[:, 0])), ref0, rtol=1e-5, atol=1e-5)
