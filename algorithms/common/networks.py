@@ -64,6 +64,7 @@ __all__ = [
     "activation_fn",
     "cast_kernels",
     "flat_obs_size",
+    "joint_head_params",
     "log_prob_and_entropy",
     "padded_size",
 ]
@@ -454,10 +455,17 @@ class ActionHead(nn.Module):
     dtype: Any = jnp.float32  # GEMM input dtype; outputs are float32 whatever it is
 
     @nn.compact
-    def __call__(self, x: jax.Array, extra: tuple[jax.Array, jax.Array] | None = None) -> Any:
+    def __call__(
+        self,
+        x: jax.Array,
+        extra: tuple[jax.Array, jax.Array] | None = None,
+        joint: tuple[jax.Array, jax.Array] | None = None,
+    ) -> Any:
         """The distribution for features ``x [..., H]``. With ``extra = (kernel [H, E],
         bias [E])`` (another head on the same features, e.g. the value head of a shared
-        torso), one GEMM computes both: returns ``(dist, [..., E])``."""
+        torso), one GEMM computes both: returns ``(dist, [..., E])``. ``joint``: that
+        GEMM's ``(kernel [H, K + E], bias [K + E])`` already built (`joint_head_params`)
+        instead of ``extra``."""
         spec = self.spec
         kernel, bias = _DenseParams(
             spec.num_outputs,
@@ -465,10 +473,13 @@ class ActionHead(nn.Module):
             bias_init=nn.initializers.zeros,
             name="logits" if spec.is_discrete else "mean",
         )(x.shape[-1])
-        if extra is None:
+        if extra is None and joint is None:
             return self._dist(_affine(x, kernel, bias, self.dtype))
-        kernel = jnp.concatenate([kernel, extra[0].astype(kernel.dtype)], axis=1)
-        bias = jnp.concatenate([bias, extra[1].astype(bias.dtype)])
+        if joint is not None:
+            kernel, bias = joint
+        else:
+            kernel = jnp.concatenate([kernel, extra[0].astype(kernel.dtype)], axis=1)
+            bias = jnp.concatenate([bias, extra[1].astype(bias.dtype)])
         out = _affine(x, kernel, bias, self.dtype)
         n = spec.num_outputs
         return self._dist(out[..., :n]), out[..., n:]
@@ -560,6 +571,26 @@ def cast_kernels(params: Any, dtype: Any) -> Any:
         return leaf.astype(dtype) if name == "kernel" else leaf
 
     return jax.tree_util.tree_map_with_path(cast, params)
+
+
+def joint_head_params(params: Any, spec: ActionSpec) -> tuple[jax.Array, jax.Array]:
+    """A shared-torso `ActorCritic`'s policy and value heads as one layer: ``(kernel
+    [H, K + 1 + pad], bias [K + 1 + pad])`` with ``K = spec.num_outputs`` and zero columns
+    up to a multiple of 8, in the dtypes of ``params`` (flax variables), as ``act``
+    builds them; pass it to ``act(..., joint=...)`` to build it once."""
+    p = params["params"]
+    head = p["actor_head"]["logits" if spec.is_discrete else "mean"]
+    value = p["value_head"]
+    pad = -(spec.num_outputs + 1) % 8
+    kernel = jnp.concatenate(
+        [
+            head["kernel"],
+            jnp.pad(value["kernel"], ((0, 0), (0, pad))).astype(head["kernel"].dtype),
+        ],
+        axis=1,
+    )
+    bias = jnp.concatenate([head["bias"], jnp.pad(value["bias"], (0, pad))])
+    return kernel, bias
 
 
 def padded_size(n: int, multiple: int) -> int:
@@ -726,22 +757,33 @@ class ActorCritic(nn.Module):
             h = self.critic_torso(obs if critic_obs is None else critic_obs)
         return self._value_of(h)
 
-    def act(self, obs: jax.Array, critic_obs: jax.Array | None = None) -> tuple[Any, jax.Array]:
+    def act(
+        self,
+        obs: jax.Array,
+        critic_obs: jax.Array | None = None,
+        joint: tuple[jax.Array, jax.Array] | None = None,
+    ) -> tuple[Any, jax.Array]:
         """``__call__``'s ``(dist, value)`` for acting (no gradient taken): a shared torso's
         policy and value heads always in one GEMM, zero-padded to a multiple of 8
         columns (the layout ``__call__`` uses for float32; for bfloat16 it keeps two GEMMs,
-        which measured faster with their backward pass)."""
+        which measured faster with their backward pass). ``joint``: that GEMM's kernel
+        and bias from `joint_head_params`, built once instead of at every call."""
         if not self.shared_torso:
             return self(obs, critic_obs)
         if critic_obs is not None:
             raise ValueError("shared_torso cannot be used with a centralised critic input")
-        return self._joint_heads(self.torso(obs))
+        return self._joint_heads(self.torso(obs), joint)
 
-    def _joint_heads(self, h: jax.Array) -> tuple[Any, jax.Array]:
+    def _joint_heads(
+        self, h: jax.Array, joint: tuple[jax.Array, jax.Array] | None = None
+    ) -> tuple[Any, jax.Array]:
         kernel, bias = self.value_head(h.shape[-1])
         pad = -(self.spec.num_outputs + 1) % 8
         extra = (jnp.pad(kernel, ((0, 0), (0, pad))), jnp.pad(bias, (0, pad)))
-        dist, value = self.actor_head(h, extra)
+        if joint is not None:
+            dist, value = self.actor_head(h, joint=joint)
+        else:
+            dist, value = self.actor_head(h, extra)
         return dist, value[..., 0]
 
     def __call__(

@@ -82,6 +82,7 @@ from algorithms.common.networks import (
     activation_fn,
     cast_kernels,
     flat_obs_size,
+    joint_head_params,
     log_prob_and_entropy,
     padded_size,
 )
@@ -468,6 +469,13 @@ def make_on_policy_trainer(
     def rollout(rs: RunnerState, key: jax.Array):
         pols = rs.policies
         act_params = {p: acting_params(p, pols[p].params) for p in names}
+        # a shared torso's joint head kernel, built once per rollout (as the casts)
+        joints = {
+            p: joint_head_params(act_params[p], action_specs[p])
+            if specs[p].hp["shared_torso"]
+            else None
+            for p in names
+        }
 
         ids = env_ids()
 
@@ -484,7 +492,7 @@ def make_on_policy_trainer(
                 x, c = inputs(p, pols[p], obs, gs_b)
 
                 def act_one(x, c, k, p=p):  # one env: x [A_p, O], c [A_p, C] or None
-                    dist, value = nets[p].apply(act_params[p], x, c, method="act")
+                    dist, value = nets[p].apply(act_params[p], x, c, joints[p], method="act")
                     raw = dist.sample(k)
                     return raw, dist.log_prob(raw), value, dist.to_env(raw)
 

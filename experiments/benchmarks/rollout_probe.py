@@ -40,7 +40,7 @@ def _old_multi_lp(self, x):
 def _set(variant: str) -> None:
     joint = variant in ("joint", "both")
     lse = variant in ("lse", "both")
-    networks.ActorCritic.act = _ACT if joint else (lambda self, o, c=None: self(o, c))
+    networks.ActorCritic.act = _ACT if joint else (lambda self, o, c=None, j=None: self(o, c))
     networks.Categorical.log_prob = _LP[networks.Categorical] if lse else _old_categorical_lp
     networks.MultiCategorical.log_prob = _LP[networks.MultiCategorical] if lse else _old_multi_lp
 

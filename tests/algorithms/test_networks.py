@@ -22,6 +22,7 @@ from algorithms.common.networks import (
     QNetwork,
     TanhGaussian,
     cast_kernels,
+    joint_head_params,
 )
 from algorithms.common.normalization import RunningMeanStd
 from jaxdrive.spaces import Box, Discrete, MultiDiscrete
@@ -437,6 +438,14 @@ def test_act_and_cast_kernels(space, shared):
         tol = 0.0 if not shared else 1e-2  # one GEMM for the heads: other roundings
         for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(ref), strict=True):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
+    if shared:  # the joint head built once gives the same outputs, bit for bit
+        for p in (params, cast):
+            a = jax.jit(lambda q: net.apply(q, obs, method="act"))(p)
+            j = joint_head_params(p, spec)
+            assert j[0].dtype == p["params"]["value_head"]["kernel"].dtype
+            b = jax.jit(lambda q, j: net.apply(q, obs, None, j, method="act"))(p, j)
+            for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+                assert np.array_equal(np.asarray(x), np.asarray(y))
     for method in ("act", "value", None):
         a = jax.jit(lambda q, m=method: net.apply(q, obs, method=m))(params)
         b = jax.jit(lambda q, m=method: net.apply(q, obs, method=m))(cast)
