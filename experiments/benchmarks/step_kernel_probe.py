@@ -60,20 +60,32 @@ def make_env(taggers: int, runners: int, k: int, step_impl: str, knn_obs_impl: s
 
 
 def compare(got: Any, ref: Any) -> dict[str, Any]:
-    """Differing elements and the largest absolute difference over two pytrees."""
-    diff, total, worst = 0, 0, 0.0
-    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(ref), strict=True):
+    """Differing elements and the largest absolute difference over two pytrees, and
+    ``leaves``: for each differing leaf (by its path) the count, and for float leaves how
+    many of them are signed zeros (+0 vs -0, equal as numbers)."""
+    diff, total, worst, leaves = 0, 0, 0.0, {}
+    flat_got = jax.tree_util.tree_leaves_with_path(got)
+    for (path, a), b in zip(flat_got, jax.tree.leaves(ref), strict=True):
         a, b = np.asarray(a), np.asarray(b)
         total += a.size
+        zeros = 0
         if a.dtype.kind == "f":
             bits = f"u{a.itemsize}"
             ne = a.reshape(-1).view(bits) != b.reshape(-1).view(bits)
             if ne.any():
                 worst = max(worst, float(np.max(np.abs(a.astype(np.float64) - b))))
+                zeros = int(np.sum(ne & (a.reshape(-1) == 0) & (b.reshape(-1) == 0)))
         else:
             ne = a.reshape(-1) != b.reshape(-1)
-        diff += int(ne.sum())
-    return {"elements": total, "differing": diff, "max_abs_diff": worst}
+        n = int(ne.sum())
+        diff += n
+        if n:
+            leaves[jax.tree_util.keystr(path)] = {
+                "dtype": str(a.dtype),
+                "differing": n,
+                "signed_zeros": zeros,
+            }
+    return {"elements": total, "differing": diff, "max_abs_diff": worst, "leaves": leaves}
 
 
 def stepped_states(env, params, num_envs: int, steps: int, seed: int = 0):
@@ -160,6 +172,8 @@ def main(argv: list[str]) -> None:
             f"{r['states']:10} {r['params']:9} {r['form']:13} {r['differing']:>10} "
             f"{r['elements']:>10} {r['max_abs_diff']:>10.3g}"
         )
+        for leaf, d in r["leaves"].items():
+            print(f"    {leaf} ({d['dtype']}): {d['differing']} differ, {d['signed_zeros']} ±0")
     print(f"\nenv-only stepping, {steps} steps per call, median of {repeats}")
     print(f"{'step_impl':10} {'knn_obs':8} {'ms/step':>9} {'M env-steps/s':>14}")
     for knn in ("xla", "pallas"):

@@ -179,3 +179,18 @@ def test_step_kernel_probe_check_tiny() -> None:
     assert len(rows) == 3 * 2 * 2  # state sets x params modes x forms
     assert {r["form"] for r in rows} == {"pallas", "pallas_fence"}
     assert all(r["elements"] > 0 and r["differing"] == 0 for r in rows), rows
+    assert all(r["leaves"] == {} for r in rows)
+
+
+def test_step_kernel_probe_compare_names_leaves() -> None:
+    """The probe's comparison names each differing leaf, counting signed zeros apart."""
+    from experiments.benchmarks.step_kernel_probe import compare
+
+    got = {"x": np.array([0.0, -0.0, 1.0], np.float32), "n": np.array([1, 2], np.int32)}
+    ref = {"x": np.array([0.0, 0.0, 1.5], np.float32), "n": np.array([1, 3], np.int32)}
+    out = compare(got, ref)
+    assert out["elements"] == 5 and out["differing"] == 3 and out["max_abs_diff"] == 0.5
+    assert out["leaves"] == {
+        "['n']": {"dtype": "int32", "differing": 1, "signed_zeros": 0},
+        "['x']": {"dtype": "float32", "differing": 2, "signed_zeros": 1},
+    }
