@@ -83,6 +83,10 @@ POLICY_DEFAULTS: dict[str, Any] = {
     # on-policy trainers: dtype of the torsos' activations and hidden GEMMs, "float32" or
     # "bfloat16" (mixed precision: parameters, observations, heads and losses stay float32)
     "compute_dtype": "float32",
+    # on-policy trainers, bfloat16 relu policies: hidden layers after the first as one
+    # GEMM + bias + relu kernel ("pallas", experimental: algorithms.common.pallas_dense)
+    # or its arithmetic in XLA ("fused_xla"); "xla": GEMM, then bias and relu
+    "dense_impl": "xla",
 }
 
 #: Values of a policy's ``compute_dtype``.

@@ -44,12 +44,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from algorithms.common import pallas_dense
 from jaxdrive.spaces import Box, Discrete, MultiDiscrete, Space
 
 __all__ = [
     "ACTIVATIONS",
     "HEAD_KINDS",
     "MLP",
+    "MLP_DENSE_IMPLS",
     "ActionSpec",
     "ActorCritic",
     "Categorical",
@@ -593,6 +595,10 @@ def joint_head_params(params: Any, spec: ActionSpec) -> tuple[jax.Array, jax.Arr
     return kernel, bias
 
 
+#: Values of `MLP.dense_impl` (a policy's ``dense_impl``).
+MLP_DENSE_IMPLS = ("xla", "fused_xla", "pallas")
+
+
 def padded_size(n: int, multiple: int) -> int:
     """``n`` rounded up to a multiple of ``multiple`` (>= 1)."""
     return -(-int(n) // int(multiple)) * int(multiple)
@@ -614,10 +620,24 @@ class MLP(nn.Module):
     in_features: int | None = None
     dtype: Any = jnp.float32
     bias_column: bool = False  # padded inputs carry 1.0 in column in_features
+    # hidden layers after the first: "xla" (GEMM, then bias and activation), or the
+    # GEMM with bias and relu in one (bfloat16 + relu only): "pallas" (the Pallas kernel,
+    # `pallas_dense`, experimental) or "fused_xla" (its arithmetic in XLA, a reference)
+    dense_impl: str = "xla"
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         act = activation_fn(self.activation)
+        if self.dense_impl not in MLP_DENSE_IMPLS:
+            raise ValueError(
+                f"MLP dense_impl must be one of {MLP_DENSE_IMPLS}, got {self.dense_impl!r}"
+            )
+        fused = self.dense_impl != "xla"
+        if fused and (jnp.dtype(self.dtype) != jnp.bfloat16 or self.activation != "relu"):
+            raise ValueError(
+                f"dense_impl={self.dense_impl!r} needs dtype bfloat16 and activation relu, "
+                f"got {jnp.dtype(self.dtype).name} and {self.activation!r}"
+            )
         x = x if x.dtype == jnp.dtype(self.dtype) else x.astype(jnp.float32)
         for i, h in enumerate(self.hidden_sizes):
             kw = dict(
@@ -625,6 +645,11 @@ class MLP(nn.Module):
                 bias_init=nn.initializers.zeros,
                 name=f"dense_{i}",
             )
+            if fused and i > 0:
+                kernel, bias = _DenseParams(int(h), **kw)(x.shape[-1])
+                impl = "pallas" if self.dense_impl == "pallas" else "xla"
+                x = pallas_dense.dense_relu(x, kernel, bias, jnp.dtype(self.dtype), impl)
+                continue
             if i == 0 and self.in_features is not None:
                 x = PaddedInputDense(
                     int(h),
@@ -710,6 +735,7 @@ class ActorCritic(nn.Module):
     ``bias_column=True``: padded inputs carry 1.0 in column ``O`` (see `PaddedInputDense`).
     ``compute_dtype=jnp.bfloat16``: the torsos and heads compute in bfloat16 (see `MLP`),
     the heads' outputs (logits, means, values) and everything downstream are float32.
+    ``dense_impl``: how the torsos' hidden layers after the first run (`MLP.dense_impl`).
     """
 
     spec: ActionSpec
@@ -720,6 +746,7 @@ class ActorCritic(nn.Module):
     critic_features: int | None = None
     compute_dtype: Any = jnp.float32
     bias_column: bool = False
+    dense_impl: str = "xla"  # the torsos' hidden layers (`MLP.dense_impl`)
 
     def setup(self) -> None:
         mlp = functools.partial(
@@ -728,6 +755,7 @@ class ActorCritic(nn.Module):
             self.activation,
             dtype=self.compute_dtype,
             bias_column=self.bias_column,
+            dense_impl=self.dense_impl,
         )
         if self.shared_torso:
             self.torso = mlp(in_features=self.obs_features)

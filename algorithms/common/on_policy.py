@@ -77,6 +77,7 @@ from algorithms.common.config import (
 from algorithms.common.gae import bootstrap_values, gae_advantages
 from algorithms.common.multi_policy import PolicyMap
 from algorithms.common.networks import (
+    MLP_DENSE_IMPLS,
     ActionSpec,
     ActorCritic,
     activation_fn,
@@ -218,6 +219,17 @@ def _check_hparams(
         raise ValueError(
             f"{where}: compute_dtype must be one of {COMPUTE_DTYPES}, got {hp['compute_dtype']!r}"
         )
+    if hp["dense_impl"] not in MLP_DENSE_IMPLS:
+        raise ValueError(
+            f"{where}: dense_impl must be one of {MLP_DENSE_IMPLS}, got {hp['dense_impl']!r}"
+        )
+    if hp["dense_impl"] != "xla" and (
+        hp["compute_dtype"] != "bfloat16" or hp["activation"] != "relu"
+    ):
+        raise ValueError(
+            f"{where}: dense_impl={hp['dense_impl']!r} needs compute_dtype='bfloat16' and "
+            f"activation='relu', got {hp['compute_dtype']!r} and {hp['activation']!r}"
+        )
     if not fixed_steps:
         epochs = _check_positive_int(hp, "num_epochs", where)
         mbs = _check_positive_int(hp, "num_minibatches", where)
@@ -312,6 +324,7 @@ def make_on_policy_trainer(
             critic_features=obs_sizes[p] if padded and not hp["centralized_critic"] else None,
             compute_dtype=jnp.dtype(hp["compute_dtype"]),
             bias_column=padded,
+            dense_impl=hp["dense_impl"],
         )
         bf16 = hp["compute_dtype"] == "bfloat16" and not hp["normalize_obs"]
         obs_dtypes[p] = jnp.bfloat16 if bf16 else jnp.float32
