@@ -97,3 +97,32 @@ def test_tag_tagging_evaluated_per_seed():
             env, params, trainer, jax.tree.map(lambda x: x[0], trainer.get_params(rs)), 8
         )
     )
+
+
+def test_rollout_probe_variants_train_alike():
+    """The acting-path A/B probe's variants (the program before the joint acting head
+    and the logsumexp log-prob, each alone, both) train a tiny Tag A2C to the same
+    metrics up to float rounding, and leave today's code in place afterwards."""
+    import jax
+    import numpy as np
+
+    import algorithms
+    from algorithms.common import networks
+    from algorithms.common.config import make_env
+    from experiments.benchmarks import rollout_probe
+    from experiments.benchmarks.training import load_config
+
+    act, lp = networks.ActorCritic.act, networks.MultiCategorical.log_prob
+    out = {}
+    try:
+        for v in ("base", "joint", "lse", "both"):
+            rollout_probe._set(v)
+            c = load_config("tag_continuous", "tiny,a2c")
+            _, m = jax.jit(algorithms.make_train(c, *make_env(c)))(jax.random.PRNGKey(0))
+            out[v] = jax.device_get(m)
+    finally:
+        rollout_probe._set("both")
+    assert networks.ActorCritic.act is act and networks.MultiCategorical.log_prob is lp
+    for v in ("joint", "lse", "both"):
+        for k in out["base"]:
+            np.testing.assert_allclose(out[v][k], out["base"][k], rtol=1e-4, atol=1e-5, err_msg=k)

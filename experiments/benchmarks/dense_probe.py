@@ -28,20 +28,25 @@ from experiments.benchmarks.timing import device_info, time_compiled
 from experiments.benchmarks.training import load_config, time_training
 
 FLAGS = flags.FLAGS
-flags.DEFINE_bool("tiny", False, "small sizes for a CPU check")
-flags.DEFINE_list("rows", ["100000", "2502656"], "M values of the layer-alone timing")
-flags.DEFINE_integer("chain", 10, "layers per timed call")
-flags.DEFINE_integer("dense_repeats", 10, "timed calls (median reported)")
-flags.DEFINE_list(
-    "blocks",
-    ["128x128x64w4s3", "128x256x64w8s3", "64x256x64w4s3", "128x128x32w4s4", "256x128x64w8s3"],
-    "kernel block shapes: BMxBNxBK, warps, stages",
-)
-flags.DEFINE_list(
-    "train_variants", ["xla", "pallas", "fused_xla", "xla", "pallas"], "dense_impl, in order"
-)
-flags.DEFINE_float("bandwidth_tbps", 4.3, "DRAM bandwidth for the byte floor, TB/s")
-flags.DEFINE_float("tflops", 990.0, "dense bfloat16 tensor rate for the flop floor, TFLOP/s")
+
+
+def define_flags() -> None:
+    """Defines the probe's flags (only when run as a program: other probes use some of
+    the same names, and the tests import several of them)."""
+    flags.DEFINE_bool("tiny", False, "small sizes for a CPU check")
+    flags.DEFINE_list("rows", ["100000", "2502656"], "M values of the layer-alone timing")
+    flags.DEFINE_integer("chain", 10, "layers per timed call")
+    flags.DEFINE_integer("dense_repeats", 10, "timed calls (median reported)")
+    flags.DEFINE_list(
+        "blocks",
+        ["128x128x64w4s3", "128x256x64w8s3", "64x256x64w4s3", "128x128x32w4s4", "256x128x64w8s3"],
+        "kernel block shapes: BMxBNxBK, warps, stages",
+    )
+    flags.DEFINE_list(
+        "train_variants", ["xla", "pallas", "fused_xla", "xla", "pallas"], "dense_impl, in order"
+    )
+    flags.DEFINE_float("bandwidth_tbps", 4.3, "DRAM bandwidth for the byte floor, TB/s")
+    flags.DEFINE_float("tflops", 990.0, "dense bfloat16 tensor rate for the flop floor, TFLOP/s")
 
 
 def _parse_block(s: str) -> dict[str, int]:
@@ -141,4 +146,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

@@ -21,9 +21,15 @@ from algorithms.common import networks
 from experiments.benchmarks.training import load_config, time_training
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("variants", ["base", "joint", "lse", "both"], "layouts to time")
-flags.DEFINE_list("dtypes", ["bfloat16"], "policies' compute_dtype values")
-flags.DEFINE_integer("repeats", 5, "timed calls per variant (median reported)")
+
+
+def define_flags() -> None:
+    """Defines the probe's flags (only when run as a program: other probes and the
+    benchmark command use some of the same names)."""
+    flags.DEFINE_list("variants", ["base", "joint", "lse", "both"], "layouts to time")
+    flags.DEFINE_list("dtypes", ["bfloat16"], "policies' compute_dtype values")
+    flags.DEFINE_integer("repeats", 5, "timed calls per variant (median reported)")
+
 
 _ACT = networks.ActorCritic.act
 _LP = {c: c.log_prob for c in (networks.Categorical, networks.MultiCategorical)}
@@ -63,4 +69,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)
