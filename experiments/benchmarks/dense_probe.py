@@ -25,7 +25,7 @@ from absl import app, flags
 from algorithms.common import networks
 from algorithms.common import pallas_dense as pd
 from experiments.benchmarks.timing import device_info, time_compiled
-from experiments.benchmarks.training import load_config, time_training
+from experiments.benchmarks.training import load_config, tag_a2c_throughput, time_training
 
 FLAGS = flags.FLAGS
 
@@ -130,19 +130,15 @@ def main(argv: list[str]) -> None:
         layer_alone(m, width, chain, repeats, blocks, FLAGS.bandwidth_tbps, FLAGS.tflops)
     print("\nTag A2C training, bfloat16, dense_impl variants interleaved")
     for impl in FLAGS.train_variants:
-        over = {}
-        for p in ("tagger", "runner"):
-            over[f"policies.{p}.compute_dtype"] = "bfloat16"
-            over[f"policies.{p}.dense_impl"] = impl
+        over = {f"policies.{p}.dense_impl": impl for p in ("tagger", "runner")}
         if FLAGS.tiny:
+            over.update({f"policies.{p}.compute_dtype": "bfloat16" for p in ("tagger", "runner")})
+            over.update({f"policies.{p}.hidden_sizes": (16, 16) for p in ("tagger", "runner")})
             config = load_config("tag_continuous", "tiny,a2c", **over)
-            for p in ("tagger", "runner"):
-                config.policies[p].hidden_sizes = (16, 16)
+            rate = time_training(config, iterations=2, repeats=1)["env_steps_per_s"]
         else:
-            config = load_config("tag_continuous", "a2c", num_envs=1000, num_steps=25, **over)
-        config.total_env_steps = 10**9
-        rec = time_training(config, iterations=2 if FLAGS.tiny else 5, repeats=repeats // 2)
-        print(f"train {impl:<10} {rec['env_steps_per_s']:>12,.0f} env steps/s", flush=True)
+            rate = tag_a2c_throughput("bfloat16", max(1, repeats // 2), **over)
+        print(f"train {impl:<10} {rate:>12,.0f} env steps/s", flush=True)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from absl import app, flags
 
 from algorithms.common import networks
-from experiments.benchmarks.training import load_config, time_training
+from experiments.benchmarks.training import tag_a2c_throughput
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("variants", ["separate", "fused", "fused8", "fused16"], "layouts to time")
@@ -53,14 +53,8 @@ def main(argv: list[str]) -> None:
     for dt in FLAGS.dtypes:
         for variant in FLAGS.variants:
             networks.ActorCritic.__call__ = _layout_call(variant)
-            over = {f"policies.{p}.compute_dtype": dt for p in ("tagger", "runner")}
-            config = load_config("tag_continuous", "a2c", num_envs=1000, num_steps=25, **over)
-            config.total_env_steps = 10**9
-            rec = time_training(config, iterations=5, repeats=FLAGS.repeats)
-            print(
-                f"heads {dt:<9} {variant:<9} {rec['env_steps_per_s']:>12,.0f} env steps/s",
-                flush=True,
-            )
+            rate = tag_a2c_throughput(dt, FLAGS.repeats)
+            print(f"heads {dt:<9} {variant:<9} {rate:>12,.0f} env steps/s", flush=True)
     networks.ActorCritic.__call__ = _ORIGINAL_CALL
 
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from absl import app, flags
 
 from algorithms.common import networks
-from experiments.benchmarks.training import load_config, time_training
+from experiments.benchmarks.training import tag_a2c_throughput
 
 FLAGS = flags.FLAGS
 
@@ -57,14 +57,8 @@ def main(argv: list[str]) -> None:
     for dt in FLAGS.dtypes:
         for variant in FLAGS.variants:
             _set(variant)
-            over = {f"policies.{p}.compute_dtype": dt for p in ("tagger", "runner")}
-            config = load_config("tag_continuous", "a2c", num_envs=1000, num_steps=25, **over)
-            config.total_env_steps = 10**9
-            rec = time_training(config, iterations=5, repeats=FLAGS.repeats)
-            print(
-                f"rollout {dt:<9} {variant:<6} {rec['env_steps_per_s']:>12,.0f} env steps/s",
-                flush=True,
-            )
+            rate = tag_a2c_throughput(dt, FLAGS.repeats)
+            print(f"rollout {dt:<9} {variant:<6} {rate:>12,.0f} env steps/s", flush=True)
     _set("both")
 
 

@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import os
 
-from experiments.benchmarks.training import load_config, time_training
+from experiments.benchmarks.training import tag_a2c_throughput
 
 
 def main() -> None:
     flags = os.environ.get("XLA_FLAGS", "")
     for dt in os.environ.get("PROBE_DTYPES", "float32,bfloat16").split(","):
-        over = {f"policies.{p}.compute_dtype": dt for p in ("tagger", "runner")}
-        config = load_config("tag_continuous", "a2c", num_envs=1000, num_steps=25, **over)
-        config.total_env_steps = 10**9
-        rec = time_training(config, iterations=5, repeats=3)
-        print(f"{dt:<9} {rec['env_steps_per_s']:>12,.0f} env steps/s  XLA_FLAGS={flags!r}")
+        rate = tag_a2c_throughput(dt, repeats=3)
+        print(f"{dt:<9} {rate:>12,.0f} env steps/s  XLA_FLAGS={flags!r}")
 
 
 if __name__ == "__main__":
