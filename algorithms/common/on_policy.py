@@ -475,14 +475,13 @@ def make_on_policy_trainer(
         )
 
     # ---- rollout -----------------------------------------------------------------------
-    def acting_params(p: str, params: Any) -> Any:
-        # once per rollout: XLA does not hoist the network's kernel casts out of the loop
-        return cast_kernels(params, jnp.dtype(specs[p].hp["compute_dtype"]))
-
     def rollout(rs: RunnerState, key: jax.Array):
         pols = rs.policies
-        act_params = {p: acting_params(p, pols[p].params) for p in names}
-        # a shared torso's joint head kernel, built once per rollout (as the casts)
+        # kernels cast to the compute dtype once per rollout (XLA does not hoist the
+        # network's casts out of the loop), and a shared torso's joint head built once
+        act_params = {
+            p: cast_kernels(pols[p].params, jnp.dtype(specs[p].hp["compute_dtype"])) for p in names
+        }
         joints = {
             p: joint_head_params(act_params[p], action_specs[p])
             if specs[p].hp["shared_torso"]
