@@ -126,3 +126,18 @@ def test_rollout_probe_variants_train_alike():
     for v in ("joint", "lse", "both"):
         for k in out["base"]:
             np.testing.assert_allclose(out[v][k], out["base"][k], rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+def test_train_suite_dense_impl_applies_to_bfloat16_tag_policies(monkeypatch):
+    """``--tag_dense_impl`` reaches the bfloat16 relu Tag policies (and is recorded);
+    float32 policies keep the default layers."""
+    bf16 = {f"policies.{p}.compute_dtype": "bfloat16" for p in ("tagger", "runner")}
+    wide = {f"policies.{p}.hidden_sizes": (16, 16) for p in ("tagger", "runner")}
+    suite = [
+        ("tiny_bf16", "tag_continuous", "tiny,a2c", {**bf16, **wide}),
+        ("tiny_f32", "tag_continuous", "tiny,a2c", {**wide}),
+    ]
+    monkeypatch.setitem(run.TRAIN_CONFIGS, "test_dense", suite)
+    recs = run.run_train_suite("test_dense", 1, 1, dense_impl="pallas")
+    assert [r["dense_impl"] for r in recs] == [["pallas"], ["xla"]]
+    assert all(r["env_steps_per_s"] > 0 for r in recs)

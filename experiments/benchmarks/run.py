@@ -62,6 +62,13 @@ flags.DEFINE_enum(
     ["auto", "xla", "pallas"],
     "TagContinuous step_impl of the Tag env and train suites (the step's dynamics)",
 )
+flags.DEFINE_enum(
+    "tag_dense_impl",
+    "xla",
+    ["xla", "fused_xla", "pallas"],
+    "dense_impl of the bfloat16 Tag training configs (hidden layers: GEMM then bias/relu, "
+    "or fused: algorithms.common.pallas_dense); float32 configs keep 'xla'",
+)
 flags.DEFINE_integer(
     "tag_seed", 0, "config seed of the Tag learning runs and sweeps (the vmapped seeds' root)"
 )
@@ -256,8 +263,10 @@ def run_train_suite(
     repeats: int,
     knn_obs_impl: str = "auto",
     step_impl: str = "auto",
+    dense_impl: str = "xla",
 ) -> list[dict[str, Any]]:
-    """Training throughput records of ``suite``."""
+    """Training throughput records of ``suite``; ``dense_impl`` applies to the Tag
+    configs whose policies are bfloat16 with relu (the others keep ``"xla"``)."""
     import jax
 
     from experiments.benchmarks.timing import device_info
@@ -270,13 +279,17 @@ def run_train_suite(
         if cfg == "tag_continuous":
             config.env_kwargs.knn_obs_impl = knn_obs_impl
             config.env_kwargs.step_impl = step_impl
+            for pol in config.policies.values():
+                if pol.get("compute_dtype") == "bfloat16" and pol.get("activation") == "relu":
+                    pol.dense_impl = dense_impl
         config.total_env_steps = max(
             config.total_env_steps, config.num_envs * config.num_steps * iterations
         )
         rec = time_training(config, iterations=iterations, repeats=repeats)
         rec.update(bench="train", name=name, **info)
         if cfg == "tag_continuous":
-            rec.update(knn_obs_impl=knn_obs_impl, step_impl=step_impl)
+            impls = {pol.get("dense_impl", "xla") for pol in config.policies.values()}
+            rec.update(knn_obs_impl=knn_obs_impl, step_impl=step_impl, dense_impl=sorted(impls))
         records.append(rec)
         print(
             f"train {name:<18} {jax.config.jax_default_matmul_precision or 'default':<14} "
@@ -536,6 +549,7 @@ def main(argv: list[str]) -> None:
                 FLAGS.repeats,
                 FLAGS.tag_knn_obs_impl,
                 FLAGS.tag_step_impl,
+                FLAGS.tag_dense_impl,
             )
         for rec in recs:
             rec["matmul_precision"] = precision or "default"
