@@ -138,6 +138,7 @@ def test_train_suite_dense_impl_applies_to_bfloat16_tag_policies(monkeypatch):
         ("tiny_f32", "tag_continuous", "tiny,a2c", {**wide}),
     ]
     monkeypatch.setitem(run.TRAIN_CONFIGS, "test_dense", suite)
-    recs = run.run_train_suite("test_dense", 1, 1, dense_impl="pallas")
+    recs = run.run_train_suite("test_dense", 1, 1, dense_impl="pallas", head_impl="pallas")
     assert [r["dense_impl"] for r in recs] == [["pallas"], ["xla"]]
+    assert [r["head_impl"] for r in recs] == ["pallas", "pallas"]
     assert all(r["env_steps_per_s"] > 0 for r in recs)

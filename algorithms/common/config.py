@@ -87,6 +87,10 @@ POLICY_DEFAULTS: dict[str, Any] = {
     # GEMM + bias + relu kernel ("pallas", experimental: algorithms.common.pallas_dense)
     # or its arithmetic in XLA ("fused_xla"); "xla": GEMM, then bias and relu
     "dense_impl": "xla",
+    # on-policy trainers, categorical heads: the learning step's log-prob and entropy
+    # (forward and VJP) in XLA or as Pallas kernels ("pallas", experimental:
+    # algorithms.common.pallas_categorical)
+    "head_impl": "xla",
 }
 
 #: Values of a policy's ``compute_dtype``.

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from algorithms.common import pallas_dense
+from algorithms.common import pallas_categorical, pallas_dense
 from jaxdrive.spaces import Box, Discrete, MultiDiscrete, Space
 
 __all__ = [
@@ -143,13 +143,21 @@ def _categorical_lp_ent_bwd(res, g):
 _categorical_lp_ent.defvjp(_categorical_lp_ent_fwd, _categorical_lp_ent_bwd)
 
 
-def log_prob_and_entropy(dist: Any, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+def log_prob_and_entropy(dist: Any, x: jax.Array, impl: str = "xla") -> tuple[jax.Array, jax.Array]:
     """``(dist.log_prob(x), dist.entropy())``, both ``[...]``; categorical heads take them
-    in one fused pass with a hand-written VJP (same values and gradients)."""
+    in one fused pass with a hand-written VJP (same values and gradients): in XLA
+    (``impl="xla"``) or as two Pallas kernels reading the logits once each
+    (``"pallas"``, `pallas_categorical`, experimental). Other heads ignore ``impl``."""
+    if impl not in pallas_categorical.HEAD_IMPLS:
+        raise ValueError(
+            f"log_prob_and_entropy impl must be one of {pallas_categorical.HEAD_IMPLS}, "
+            f"got {impl!r}"
+        )
+    fn = _categorical_lp_ent if impl == "xla" else pallas_categorical.categorical_lp_ent_pallas
     if isinstance(dist, MultiCategorical):
-        return _categorical_lp_ent(dist.logits, x)
+        return fn(dist.logits, x)
     if isinstance(dist, Categorical):
-        return _categorical_lp_ent(dist.logits[..., None, :], x[..., None])
+        return fn(dist.logits[..., None, :], x[..., None])
     return dist.log_prob(x), dist.entropy()
 
 

@@ -88,6 +88,7 @@ from algorithms.common.networks import (
     padded_size,
 )
 from algorithms.common.normalization import RunningMeanStd
+from algorithms.common.pallas_categorical import HEAD_IMPLS
 from algorithms.common.schedules import SCHEDULES, make_schedule
 from jaxdrive.distributed import (
     DEVICE_AXIS,
@@ -219,6 +220,8 @@ def _check_hparams(
         raise ValueError(
             f"{where}: compute_dtype must be one of {COMPUTE_DTYPES}, got {hp['compute_dtype']!r}"
         )
+    if hp["head_impl"] not in HEAD_IMPLS:
+        raise ValueError(f"{where}: head_impl must be one of {HEAD_IMPLS}, got {hp['head_impl']!r}")
     if hp["dense_impl"] not in MLP_DENSE_IMPLS:
         raise ValueError(
             f"{where}: dense_impl must be one of {MLP_DENSE_IMPLS}, got {hp['dense_impl']!r}"
@@ -622,7 +625,7 @@ def make_on_policy_trainer(
             x = normalize(p, obs_norm, mb["obs"])
             c = critic_input(p, gs_all[mb["row"]], x) if hp["centralized_critic"] else None
             dist, v = net.apply(params, x, c)
-            logp, ent = log_prob_and_entropy(dist, mb["action"])
+            logp, ent = log_prob_and_entropy(dist, mb["action"], hp["head_impl"])
             a = mb["advantage"]
             if hp["normalize_advantages"]:
                 mu = gmean(a, mb["mask"])

@@ -8,7 +8,9 @@
    ``--bandwidth_tbps``, flops at ``--tflops``), and each form's largest error against a
    float64 reference relative to the unfused layer's.
 2. **Tag A2C training** (1000 envs × (10+100), 25 steps, fc 256×256, bfloat16), variants
-   of ``policies.*.dense_impl`` interleaved in one process (``--train_variants``).
+   ``DENSE:HEAD`` of ``policies.*.dense_impl`` and ``policies.*.head_impl`` (the Pallas
+   categorical log-prob/entropy, `algorithms.common.pallas_categorical`) interleaved in
+   one process (``--train_variants``).
 
 ``python -m experiments.benchmarks.dense_probe [--tiny]`` (``--tiny``: small sizes, CPU).
 """
@@ -43,7 +45,9 @@ def define_flags() -> None:
         "kernel block shapes: BMxBNxBK, warps, stages",
     )
     flags.DEFINE_list(
-        "train_variants", ["xla", "pallas", "fused_xla", "xla", "pallas"], "dense_impl, in order"
+        "train_variants",
+        ["xla:xla", "pallas:xla", "xla:pallas", "pallas:pallas", "fused_xla:xla", "xla:xla"],
+        "DENSE_IMPL:HEAD_IMPL pairs, timed in this order",
     )
     flags.DEFINE_float("bandwidth_tbps", 4.3, "DRAM bandwidth for the byte floor, TB/s")
     flags.DEFINE_float("tflops", 990.0, "dense bfloat16 tensor rate for the flop floor, TFLOP/s")
@@ -128,9 +132,13 @@ def main(argv: list[str]) -> None:
         rows, width, chain, repeats, blocks = [300], 64, 2, 2, ["64x64x32w4s2"]
     for m in rows:
         layer_alone(m, width, chain, repeats, blocks, FLAGS.bandwidth_tbps, FLAGS.tflops)
-    print("\nTag A2C training, bfloat16, dense_impl variants interleaved")
+    print("\nTag A2C training, bfloat16, dense_impl:head_impl variants interleaved")
     for impl in FLAGS.train_variants:
-        over = {f"policies.{p}.dense_impl": impl for p in ("tagger", "runner")}
+        dense, _, head = impl.partition(":")
+        over = {}
+        for p in ("tagger", "runner"):
+            over[f"policies.{p}.dense_impl"] = dense
+            over[f"policies.{p}.head_impl"] = head or "xla"
         if FLAGS.tiny:
             over.update({f"policies.{p}.compute_dtype": "bfloat16" for p in ("tagger", "runner")})
             over.update({f"policies.{p}.hidden_sizes": (16, 16) for p in ("tagger", "runner")})
@@ -138,7 +146,7 @@ def main(argv: list[str]) -> None:
             rate = time_training(config, iterations=2, repeats=1)["env_steps_per_s"]
         else:
             rate = tag_a2c_throughput("bfloat16", max(1, repeats // 2), **over)
-        print(f"train {impl:<10} {rate:>12,.0f} env steps/s", flush=True)
+        print(f"train {impl:<16} {rate:>12,.0f} env steps/s", flush=True)
 
 
 if __name__ == "__main__":

@@ -69,6 +69,13 @@ flags.DEFINE_enum(
     "dense_impl of the bfloat16 Tag training configs (hidden layers: GEMM then bias/relu, "
     "or fused: algorithms.common.pallas_dense); float32 configs keep 'xla'",
 )
+flags.DEFINE_enum(
+    "tag_head_impl",
+    "xla",
+    ["xla", "pallas"],
+    "head_impl of the Tag training configs (categorical log-prob/entropy in the learning "
+    "step: XLA or algorithms.common.pallas_categorical)",
+)
 flags.DEFINE_integer(
     "tag_seed", 0, "config seed of the Tag learning runs and sweeps (the vmapped seeds' root)"
 )
@@ -264,9 +271,11 @@ def run_train_suite(
     knn_obs_impl: str = "auto",
     step_impl: str = "auto",
     dense_impl: str = "xla",
+    head_impl: str = "xla",
 ) -> list[dict[str, Any]]:
     """Training throughput records of ``suite``; ``dense_impl`` applies to the Tag
-    configs whose policies are bfloat16 with relu (the others keep ``"xla"``)."""
+    configs whose policies are bfloat16 with relu (the others keep ``"xla"``),
+    ``head_impl`` to every Tag policy."""
     import jax
 
     from experiments.benchmarks.timing import device_info
@@ -280,6 +289,7 @@ def run_train_suite(
             config.env_kwargs.knn_obs_impl = knn_obs_impl
             config.env_kwargs.step_impl = step_impl
             for pol in config.policies.values():
+                pol.head_impl = head_impl
                 if pol.get("compute_dtype") == "bfloat16" and pol.get("activation") == "relu":
                     pol.dense_impl = dense_impl
         config.total_env_steps = max(
@@ -289,7 +299,12 @@ def run_train_suite(
         rec.update(bench="train", name=name, **info)
         if cfg == "tag_continuous":
             impls = {pol.get("dense_impl", "xla") for pol in config.policies.values()}
-            rec.update(knn_obs_impl=knn_obs_impl, step_impl=step_impl, dense_impl=sorted(impls))
+            rec.update(
+                knn_obs_impl=knn_obs_impl,
+                step_impl=step_impl,
+                dense_impl=sorted(impls),
+                head_impl=head_impl,
+            )
         records.append(rec)
         print(
             f"train {name:<18} {jax.config.jax_default_matmul_precision or 'default':<14} "
@@ -550,6 +565,7 @@ def main(argv: list[str]) -> None:
                 FLAGS.tag_knn_obs_impl,
                 FLAGS.tag_step_impl,
                 FLAGS.tag_dense_impl,
+                FLAGS.tag_head_impl,
             )
         for rec in recs:
             rec["matmul_precision"] = precision or "default"
