@@ -44,11 +44,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from algorithms.common import pallas_categorical, pallas_dense
 from jaxdrive.spaces import Box, Discrete, MultiDiscrete, Space
 
 __all__ = [
     "ACTIVATIONS",
+    "HEAD_IMPLS",
     "HEAD_KINDS",
     "MLP",
     "MLP_DENSE_IMPLS",
@@ -148,12 +148,11 @@ def log_prob_and_entropy(dist: Any, x: jax.Array, impl: str = "xla") -> tuple[ja
     in one fused pass with a hand-written VJP (same values and gradients): in XLA
     (``impl="xla"``) or as two Pallas kernels reading the logits once each
     (``"pallas"``, `pallas_categorical`, experimental). Other heads ignore ``impl``."""
-    if impl not in pallas_categorical.HEAD_IMPLS:
-        raise ValueError(
-            f"log_prob_and_entropy impl must be one of {pallas_categorical.HEAD_IMPLS}, "
-            f"got {impl!r}"
-        )
-    fn = _categorical_lp_ent if impl == "xla" else pallas_categorical.categorical_lp_ent_pallas
+    if impl not in HEAD_IMPLS:
+        raise ValueError(f"log_prob_and_entropy impl must be one of {HEAD_IMPLS}, got {impl!r}")
+    fn = _categorical_lp_ent
+    if impl == "pallas":  # imported here: `import algorithms` does not need Pallas
+        from algorithms.common.pallas_categorical import categorical_lp_ent_pallas as fn
     if isinstance(dist, MultiCategorical):
         return fn(dist.logits, x)
     if isinstance(dist, Categorical):
@@ -606,6 +605,9 @@ def joint_head_params(params: Any, spec: ActionSpec) -> tuple[jax.Array, jax.Arr
 #: Values of `MLP.dense_impl` (a policy's ``dense_impl``).
 MLP_DENSE_IMPLS = ("xla", "fused_xla", "pallas")
 
+#: Values of `log_prob_and_entropy`'s ``impl`` (a policy's ``head_impl``).
+HEAD_IMPLS = ("xla", "pallas")
+
 
 def padded_size(n: int, multiple: int) -> int:
     """``n`` rounded up to a multiple of ``multiple`` (>= 1)."""
@@ -656,7 +658,9 @@ class MLP(nn.Module):
             if fused and i > 0:
                 kernel, bias = _DenseParams(int(h), **kw)(x.shape[-1])
                 impl = "pallas" if self.dense_impl == "pallas" else "xla"
-                x = pallas_dense.dense_relu(x, kernel, bias, jnp.dtype(self.dtype), impl)
+                from algorithms.common.pallas_dense import dense_relu  # Pallas: only here
+
+                x = dense_relu(x, kernel, bias, jnp.dtype(self.dtype), impl)
                 continue
             if i == 0 and self.in_features is not None:
                 x = PaddedInputDense(

@@ -77,6 +77,7 @@ from algorithms.common.config import (
 from algorithms.common.gae import bootstrap_values, gae_advantages
 from algorithms.common.multi_policy import PolicyMap
 from algorithms.common.networks import (
+    HEAD_IMPLS,
     MLP_DENSE_IMPLS,
     ActionSpec,
     ActorCritic,
@@ -88,7 +89,6 @@ from algorithms.common.networks import (
     padded_size,
 )
 from algorithms.common.normalization import RunningMeanStd
-from algorithms.common.pallas_categorical import HEAD_IMPLS
 from algorithms.common.schedules import SCHEDULES, make_schedule
 from jaxdrive.distributed import (
     DEVICE_AXIS,

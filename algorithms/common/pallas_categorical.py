@@ -25,10 +25,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pl_triton
 
-__all__ = ["HEAD_IMPLS", "categorical_lp_ent_pallas"]
-
-#: Values of a policy's ``head_impl``.
-HEAD_IMPLS = ("xla", "pallas")
+__all__ = ["categorical_lp_ent_pallas"]
 
 _LOW = -1e30  # padding lanes' logit: exp underflows to 0, no inf - inf
 
