@@ -78,3 +78,26 @@ def random_obs_params(rng: np.random.Generator) -> TagContinuousParams:
     return TagContinuousParams(
         grid_length=float(rng.uniform(0.5, 20.0)), max_speed=float(rng.uniform(0.1, 3.0))
     )
+
+
+def original_obs_parts(env: TagContinuous, state: TagState, params, lo: int, hi: int):
+    """The pieces both original observation formulas (k-nearest and full, as
+    `TagContinuous.observe` computed them before `knn_obs` and `full_obs` existed) start
+    from, for observing rows ``lo:hi``: ``(feats [7, M], relative [1, 7, 1], scale
+    [1, 7, 1], own [n, 7, 1], g_own [n, 1, 1], time)``."""
+    p = jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), params)
+    diag = p.grid_length * np.float32(np.sqrt(2.0))
+    ms = p.max_speed + np.float32(1e-10)
+    gf = state.in_game.astype(jnp.float32)
+    feats = jnp.stack(
+        [state.x, state.y, state.speed, state.acceleration, state.direction]
+        + [jnp.asarray(env.is_tagger, jnp.float32), gf]
+    )
+    relative = np.array([1, 1, 1, 1, 1, 0, 0], np.float32)[None, :, None]
+    one = jnp.float32(1.0)
+    two_pi = jnp.float32(np.float32(2.0 * np.pi))
+    scale = jnp.stack([diag, diag, ms, ms, two_pi, one, one])[None, :, None]
+    own = feats[:, lo:hi].T[:, :, None]
+    g_own = gf[lo:hi][:, None, None]
+    time = state.t.astype(jnp.float32) / jnp.float32(env.episode_length)
+    return feats, relative, scale, own, g_own, time

@@ -26,7 +26,12 @@ from environments.tag_continuous import (
     neighbors,
 )
 from environments.tag_continuous import knn_obs as ko
-from tests.environments.tag_helpers import assert_bitwise, random_obs_params, random_tag_state
+from tests.environments.tag_helpers import (
+    assert_bitwise,
+    original_obs_parts,
+    random_obs_params,
+    random_tag_state,
+)
 
 ENVS = {
     "3+5_k2": dict(num_taggers=3, num_runners=5, episode_length=9, num_other_agents_observed=2),
@@ -59,22 +64,8 @@ def _env(name: str, form: str = "xla") -> TagContinuous:
 def _observe_original(env: TagContinuous, state: TagState, params, lo: int, hi: int):
     """The partial observation exactly as `TagContinuous.observe` computed it before the
     `knn_obs` module existed (a frozen copy: the reference of both forms)."""
-    p = jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), params)
-    diag = p.grid_length * np.float32(np.sqrt(2.0))
-    ms = p.max_speed + np.float32(1e-10)
+    feats, relative, scale, own, g_own, time = original_obs_parts(env, state, params, lo, hi)
     g = state.in_game
-    gf = g.astype(jnp.float32)
-    feats = jnp.stack(
-        [state.x, state.y, state.speed, state.acceleration, state.direction]
-        + [jnp.asarray(env.is_tagger, jnp.float32), gf]
-    )
-    relative = np.array([1, 1, 1, 1, 1, 0, 0], np.float32)[None, :, None]
-    one = jnp.float32(1.0)
-    two_pi = jnp.float32(np.float32(2.0 * np.pi))
-    scale = jnp.stack([diag, diag, ms, ms, two_pi, one, one])[None, :, None]
-    own = feats[:, lo:hi].T[:, :, None]
-    g_own = gf[lo:hi][:, None, None]
-    time = state.t.astype(jnp.float32) / jnp.float32(env.episode_length)
     k = env.num_other_agents_observed
     idx, valid = neighbors.nearest_k(state.x, state.y, g, k)
     mask = (valid[lo:hi] & g[lo:hi, None]).astype(jnp.float32)[:, None, :]

@@ -18,7 +18,12 @@ import pytest
 import jaxdrive
 from environments.tag_continuous import TagContinuous, TagContinuousParams, TagState
 from environments.tag_continuous import full_obs as fo
-from tests.environments.tag_helpers import assert_bitwise, random_obs_params, random_tag_state
+from tests.environments.tag_helpers import (
+    assert_bitwise,
+    original_obs_parts,
+    random_obs_params,
+    random_tag_state,
+)
 
 FORMS = [i for i in fo.IMPLS if i != "gather"]
 
@@ -43,22 +48,8 @@ def _env(name: str, impl: str = "gather") -> TagContinuous:
 def _observe_original(env: TagContinuous, state: TagState, params, lo: int, hi: int):
     """The full observation exactly as `TagContinuous.observe` computed it before the
     `full_obs` module existed (a frozen copy: the reference of every form)."""
-    p = jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), params)
     m = env.num_agents_total
-    diag = p.grid_length * np.float32(np.sqrt(2.0))
-    ms = p.max_speed + np.float32(1e-10)
-    gf = state.in_game.astype(jnp.float32)
-    feats = jnp.stack(
-        [state.x, state.y, state.speed, state.acceleration, state.direction]
-        + [jnp.asarray(env.is_tagger, jnp.float32), gf]
-    )
-    relative = np.array([1, 1, 1, 1, 1, 0, 0], np.float32)[None, :, None]
-    one = jnp.float32(1.0)
-    two_pi = jnp.float32(np.float32(2.0 * np.pi))
-    scale = jnp.stack([diag, diag, ms, ms, two_pi, one, one])[None, :, None]
-    own = feats[:, lo:hi].T[:, :, None]
-    g_own = gf[lo:hi][:, None, None]
-    time = state.t.astype(jnp.float32) / jnp.float32(env.episode_length)
+    feats, relative, scale, own, g_own, time = original_obs_parts(env, state, params, lo, hi)
     cols = jnp.arange(m - 1, dtype=jnp.int32)[None, :]
     rows_i = jnp.arange(lo, hi, dtype=jnp.int32)[:, None]
     others = cols + (cols >= rows_i)
