@@ -83,10 +83,12 @@ POLICY_DEFAULTS: dict[str, Any] = {
     # on-policy trainers: dtype of the torsos' activations and hidden GEMMs, "float32" or
     # "bfloat16" (mixed precision: parameters, observations, heads and losses stay float32)
     "compute_dtype": "float32",
-    # on-policy trainers, bfloat16 relu policies: hidden layers after the first as one
-    # GEMM + bias + relu kernel ("pallas", experimental: algorithms.common.pallas_dense)
-    # or its arithmetic in XLA ("fused_xla"); "xla": GEMM, then bias and relu
-    "dense_impl": "xla",
+    # on-policy trainers: hidden layers after the first. "xla": GEMM, then bias and
+    # activation; bfloat16 relu policies only: GEMM + float32 bias + relu before one
+    # rounding, in XLA ("fused_xla") or as one Pallas kernel ("pallas", experimental:
+    # algorithms.common.pallas_dense); "auto": "fused_xla" where it applies, else "xla"
+    # (H200: Tag A2C bfloat16 +7.7%, see experiments/benchmarks/NOTES.md)
+    "dense_impl": "auto",
     # on-policy trainers, categorical heads: the learning step's log-prob and entropy
     # (forward and VJP) in XLA or as Pallas kernels ("pallas", experimental:
     # algorithms.common.pallas_categorical)

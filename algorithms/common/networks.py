@@ -69,6 +69,7 @@ __all__ = [
     "joint_head_params",
     "log_prob_and_entropy",
     "padded_size",
+    "resolve_dense_impl",
 ]
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -603,7 +604,25 @@ def joint_head_params(params: Any, spec: ActionSpec) -> tuple[jax.Array, jax.Arr
 
 
 #: Values of `MLP.dense_impl` (a policy's ``dense_impl``).
-MLP_DENSE_IMPLS = ("xla", "fused_xla", "pallas")
+MLP_DENSE_IMPLS = ("auto", "xla", "fused_xla", "pallas")
+
+
+def resolve_dense_impl(dense_impl: str, dtype: Any, activation: str) -> str:
+    """The hidden-layer form `MLP` uses: ``"auto"`` is ``"fused_xla"`` for bfloat16 relu
+    layers and ``"xla"`` otherwise; the other values (`MLP_DENSE_IMPLS`) are returned
+    as they are, after checking that a fused form gets bfloat16 and relu."""
+    if dense_impl not in MLP_DENSE_IMPLS:
+        raise ValueError(f"MLP dense_impl must be one of {MLP_DENSE_IMPLS}, got {dense_impl!r}")
+    fusable = jnp.dtype(dtype) == jnp.bfloat16 and activation == "relu"
+    if dense_impl == "auto":
+        return "fused_xla" if fusable else "xla"
+    if dense_impl != "xla" and not fusable:
+        raise ValueError(
+            f"dense_impl={dense_impl!r} needs dtype bfloat16 and activation relu, "
+            f"got {jnp.dtype(dtype).name} and {activation!r}"
+        )
+    return dense_impl
+
 
 #: Values of `log_prob_and_entropy`'s ``impl`` (a policy's ``head_impl``).
 HEAD_IMPLS = ("xla", "pallas")
@@ -631,23 +650,16 @@ class MLP(nn.Module):
     dtype: Any = jnp.float32
     bias_column: bool = False  # padded inputs carry 1.0 in column in_features
     # hidden layers after the first: "xla" (GEMM, then bias and activation), or the
-    # GEMM with bias and relu in one (bfloat16 + relu only): "pallas" (the Pallas kernel,
-    # `pallas_dense`, experimental) or "fused_xla" (its arithmetic in XLA, a reference)
+    # GEMM with bias and relu before one rounding (bfloat16 + relu only): "fused_xla"
+    # (in XLA, with `pallas_dense`'s backward) or "pallas" (the Pallas kernel,
+    # experimental); "auto": `resolve_dense_impl`
     dense_impl: str = "xla"
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         act = activation_fn(self.activation)
-        if self.dense_impl not in MLP_DENSE_IMPLS:
-            raise ValueError(
-                f"MLP dense_impl must be one of {MLP_DENSE_IMPLS}, got {self.dense_impl!r}"
-            )
-        fused = self.dense_impl != "xla"
-        if fused and (jnp.dtype(self.dtype) != jnp.bfloat16 or self.activation != "relu"):
-            raise ValueError(
-                f"dense_impl={self.dense_impl!r} needs dtype bfloat16 and activation relu, "
-                f"got {jnp.dtype(self.dtype).name} and {self.activation!r}"
-            )
+        dense_impl = resolve_dense_impl(self.dense_impl, self.dtype, self.activation)
+        fused = dense_impl != "xla"
         x = x if x.dtype == jnp.dtype(self.dtype) else x.astype(jnp.float32)
         for i, h in enumerate(self.hidden_sizes):
             kw = dict(
@@ -657,7 +669,7 @@ class MLP(nn.Module):
             )
             if fused and i > 0:
                 kernel, bias = _DenseParams(int(h), **kw)(x.shape[-1])
-                impl = "pallas" if self.dense_impl == "pallas" else "xla"
+                impl = "pallas" if dense_impl == "pallas" else "xla"
                 from algorithms.common.pallas_dense import dense_relu  # Pallas: only here
 
                 x = dense_relu(x, kernel, bias, jnp.dtype(self.dtype), impl)

@@ -226,7 +226,7 @@ def _check_hparams(
         raise ValueError(
             f"{where}: dense_impl must be one of {MLP_DENSE_IMPLS}, got {hp['dense_impl']!r}"
         )
-    if hp["dense_impl"] != "xla" and (
+    if hp["dense_impl"] not in ("auto", "xla") and (
         hp["compute_dtype"] != "bfloat16" or hp["activation"] != "relu"
     ):
         raise ValueError(

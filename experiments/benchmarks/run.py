@@ -64,10 +64,11 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_enum(
     "tag_dense_impl",
-    "xla",
-    ["xla", "fused_xla", "pallas"],
+    "auto",
+    ["auto", "xla", "fused_xla", "pallas"],
     "dense_impl of the bfloat16 Tag training configs (hidden layers: GEMM then bias/relu, "
-    "or fused: algorithms.common.pallas_dense); float32 configs keep 'xla'",
+    "or fused: algorithms.common.pallas_dense; auto: fused_xla); float32 configs keep "
+    "their default",
 )
 flags.DEFINE_enum(
     "tag_head_impl",
@@ -270,7 +271,7 @@ def run_train_suite(
     repeats: int,
     knn_obs_impl: str = "auto",
     step_impl: str = "auto",
-    dense_impl: str = "xla",
+    dense_impl: str = "auto",
     head_impl: str = "xla",
 ) -> list[dict[str, Any]]:
     """Training throughput records of ``suite``; ``dense_impl`` applies to the Tag
@@ -278,6 +279,7 @@ def run_train_suite(
     ``head_impl`` to every Tag policy."""
     import jax
 
+    from algorithms.common import networks
     from experiments.benchmarks.timing import device_info
     from experiments.benchmarks.training import load_config, time_training
 
@@ -298,7 +300,14 @@ def run_train_suite(
         rec = time_training(config, iterations=iterations, repeats=repeats)
         rec.update(bench="train", name=name, **info)
         if cfg == "tag_continuous":
-            impls = {pol.get("dense_impl", "xla") for pol in config.policies.values()}
+            impls = {
+                networks.resolve_dense_impl(
+                    pol.get("dense_impl", "auto"),
+                    pol.get("compute_dtype", "float32"),
+                    pol.get("activation", "tanh"),
+                )
+                for pol in config.policies.values()
+            }
             rec.update(
                 knn_obs_impl=knn_obs_impl,
                 step_impl=step_impl,

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms.common import networks
+from algorithms.common import config, networks
 from algorithms.common import pallas_dense as pd
 
 
@@ -176,3 +176,32 @@ def test_dense_probe_layer_alone_tiny() -> None:
     assert all(r["us_per_layer"] > 0 for r in recs)
     assert by["pallas 64x64x32w4s2"]["max_err"] <= by["xla"]["max_err"]
     assert by["fused_xla"]["max_err"] <= by["xla"]["max_err"]
+
+
+def test_dense_impl_auto_is_fused_xla_for_bfloat16_relu_only() -> None:
+    """The default ``dense_impl="auto"`` is the fused XLA layer for bfloat16 relu MLPs
+    (same outputs bit for bit) and the plain layer otherwise; explicit fused forms on
+    other dtypes or activations, and unknown names, are errors naming the problem."""
+    assert config.POLICY_DEFAULTS["dense_impl"] == "auto"
+    resolve = networks.resolve_dense_impl
+    assert resolve("auto", jnp.bfloat16, "relu") == "fused_xla"
+    assert resolve("auto", jnp.float32, "relu") == "xla"
+    assert resolve("auto", jnp.bfloat16, "tanh") == "xla"
+    assert resolve("pallas", "bfloat16", "relu") == "pallas"
+    with pytest.raises(ValueError, match="needs dtype bfloat16 and activation relu"):
+        resolve("fused_xla", jnp.float32, "relu")
+    with pytest.raises(ValueError, match="must be one of"):
+        resolve("cublas", jnp.bfloat16, "relu")
+    obs = jax.random.normal(jax.random.key(2), (9, 8))
+    for dtype, act, same_as in (
+        (jnp.bfloat16, "relu", "fused_xla"),
+        (jnp.float32, "relu", "xla"),
+        (jnp.bfloat16, "tanh", "xla"),
+    ):
+        auto = networks.MLP((16, 16, 16), act, dtype=dtype, dense_impl="auto")
+        ref = networks.MLP((16, 16, 16), act, dtype=dtype, dense_impl=same_as)
+        params = ref.init(jax.random.key(3), obs)
+        np.testing.assert_array_equal(
+            np.asarray(auto.apply(params, obs), np.float32),
+            np.asarray(ref.apply(params, obs), np.float32),
+        )
