@@ -191,8 +191,9 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         rows once in their final layout, `environments.tag_continuous.knn_obs`;
         interpret mode off GPU). Same values bit for bit on the CPU (tests); on an H200
         equal with constant params and within one float32 ulp with traced ones
-        (`experiments.benchmarks.knn_obs_probe`), 0.144 → 0.131 ms per step at
-        1000 × (10+100), k = 10. Ignored for full observation.
+        (`experiments.benchmarks.knn_obs_probe`); H200 steps 0.144 → 0.124 ms at
+        1000 × (10+100) and 2.84 → 2.21 ms at 2000 × (5+995), k = 10. Ignored for full
+        observation.
       step_impl: how the step's dynamics (spec steps 1–9, before the observation) are
         computed: ``"auto"`` (the default: ``"xla"``; on an H200 the kernel measured no
         faster, 0.146 vs 0.144 ms per step at 1000 × (10+100)), ``"xla"`` (plain JAX,
@@ -489,10 +490,15 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         idx, valid = self._nearest_k(state)
         return self._observe_knn(state, params, range(lo, hi), idx, valid)
 
-    def _nearest_k(self, state: TagState) -> tuple[jax.Array, jax.Array]:
-        """The neighbour lists of all agents: ``idx, valid [M, k]`` (see `neighbors`)."""
+    def _nearest_k(self, state: TagState) -> tuple[jax.Array, jax.Array | None]:
+        """The neighbour lists of all agents: ``idx, valid [M, k]`` (see `neighbors`), or,
+        when the Pallas search feeds the Pallas observation writer, the kernels' own
+        lists ``[M, k]`` with ``-1`` in empty slots and ``valid = None`` (one pass fewer:
+        `kernels.nearest_k_lists`)."""
         search, kw = self._search_module()
         k = self.num_other_agents_observed
+        if search is not neighbors and self._resolved_knn_obs_impl() == "pallas":
+            return search.nearest_k_lists(state.x, state.y, state.in_game, k, **kw), None
         return search.nearest_k(state.x, state.y, state.in_game, k, **kw)
 
     def _observe_knn(
@@ -501,13 +507,14 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         params: TagContinuousParams,
         rows: Sequence[int],
         idx: jax.Array,
-        valid: jax.Array,
+        valid: jax.Array | None,
         *,
         alone: bool = True,
         **options: Any,
     ) -> jax.Array:
         """Partial observations of the agent ids ``rows`` (static, any order) from the
-        neighbour lists ``idx, valid [M, k]``: ``[n, 7k+1]`` float32, by `knn_obs` with
+        neighbour lists ``idx, valid [M, k]`` (``valid=None``: ``idx`` has ``-1`` in empty
+        slots, see `_nearest_k`): ``[n, 7k+1]`` float32, by `knn_obs` with
         ``knn_obs_impl`` (``options``: `knn_obs.knn_obs_pallas`'s block options, for
         the benchmarks; ignored by the XLA form).
 

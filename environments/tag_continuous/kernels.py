@@ -102,6 +102,7 @@ __all__ = [
     "nearest_k",
     "nearest_k_batched",
     "nearest_k_brute_batched",
+    "nearest_k_lists",
     "nearest_k_sorted",
     "nearest_k_sorted_batched",
     "nearest_tagger",
@@ -252,6 +253,20 @@ def nearest_k_brute_batched(
     Returns:
       ``idx [N, M, k]`` int32 and ``valid [N, M, k]`` bool, as `nearest_k` per env.
     """
+    return _finish(
+        _brute_lists(
+            x, y, in_game, k, block_rows=block_rows, block_cols=block_cols,
+            num_warps=num_warps, num_stages=num_stages, split_self_range=split_self_range,
+            interpret=interpret,
+        )
+    )  # fmt: skip
+
+
+def _brute_lists(
+    x, y, in_game, k, *, block_rows, block_cols, num_warps, num_stages, split_self_range,
+    interpret,
+) -> jax.Array:  # fmt: skip
+    """The brute-force kernel's lists ``[N, M, k]`` int32, ``-1`` = none."""
     k, x, y, in_game = _check_batched_inputs(x, y, in_game, k)
     n, m = x.shape
     interpret = _resolve_interpret(interpret)
@@ -287,7 +302,7 @@ def nearest_k_brute_batched(
         interpret=interpret,
         name="tag_nearest_k",
     )(xq, yq, xc, yc)
-    return _finish(jnp.swapaxes(out, 1, 2)[:, :m, :])  # [N, M, k]
+    return jnp.swapaxes(out, 1, 2)[:, :m, :]  # [N, M, k]
 
 
 def _resolve_method(method: str | None, m: int) -> str:
@@ -341,6 +356,47 @@ def nearest_k_batched(
             x, y, in_game, k, chunk_size=chunk_size, tie_check=tie_check, **opts
         )
     return nearest_k_brute_batched(x, y, in_game, k, split_self_range=split_self_range, **opts)
+
+
+def nearest_k_lists(
+    x: jax.Array,
+    y: jax.Array,
+    in_game: jax.Array,
+    k: int,
+    *,
+    method: str | None = None,
+    block_rows: int | None = None,
+    block_cols: int | None = None,
+    chunk_size: int | None = None,
+    tie_check: bool = True,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    split_self_range: bool | None = None,
+    interpret: bool | None = None,
+) -> jax.Array:
+    """`nearest_k`'s neighbour lists of one env as the kernels write them: ``[M, k]``
+    int32, ``-1`` in the slots that `nearest_k` pads (``valid = False``). One pass over
+    ``[M, k]`` fewer than `nearest_k`; `knn_obs.knn_obs` takes these lists directly
+    (``valid=None``) and `knn_obs.with_valid` converts them. Arguments as `nearest_k`;
+    vmaps over envs."""
+    x = jnp.asarray(x, jnp.float32)
+    y = jnp.asarray(y, jnp.float32)
+    in_game = jnp.asarray(in_game)
+    if x.ndim != 1 or y.shape != x.shape or in_game.shape != x.shape:
+        raise ValueError(
+            f"nearest_k_lists needs x, y, in_game of one shape [M], got {x.shape}, "
+            f"{y.shape}, {in_game.shape}"
+        )
+    args = (x[None], y[None], in_game[None], k)
+    opts = dict(
+        block_rows=block_rows, block_cols=block_cols, num_warps=num_warps,
+        num_stages=num_stages, interpret=interpret,
+    )  # fmt: skip
+    if _resolve_method(method, x.shape[0]) == "sorted":
+        out = _sorted_search(*args, chunk_size=chunk_size, tie_check=tie_check, **opts)
+    else:
+        out = _brute_lists(*args, split_self_range=split_self_range, **opts)
+    return out[0]
 
 
 def nearest_k(

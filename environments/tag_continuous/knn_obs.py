@@ -27,11 +27,15 @@ Two forms, same values:
   consecutive elements (no padding lanes, coalesced stores, the tail masked); element
   ``e`` is row ``r = e // D``, column ``c = e % D``, feature ``f = c // k``, slot ``s =
   c % k``. Each element loads its slot's neighbour code (`_encode`: ``idx`` and
-  ``valid`` in one int32), then gathers ``feats[f, j]``, ``feats[f, i]``, ``g[i]`` and
-  the scale from the env's ``7M + M + 7`` floats (L1/L2 resident). Interpret mode off
-  GPU. All its loads are pointer-style gathers from 1-D refs with computed int32 index
-  arrays and the store is a masked block store, the constructs of
-  `environments.tag_continuous.full_obs`'s kernel.
+  ``valid`` in one int32, or the searches' own lists with ``−1`` in empty slots), then
+  gathers ``feats[f, j]``, ``feats[f, i]``, ``g[i]`` and the scale from an agent-major
+  copy of the features (`_agent_major`: agent ``j``'s 7 features and ``g[j]`` in one
+  32-byte sector, so the lanes of a row that read the same neighbour's different
+  features share a memory transaction; feature-major, as the env stacks them, each
+  lane's gather touched its own sector). Interpret mode off GPU. All its loads are
+  pointer-style gathers from 1-D refs with computed int32 index arrays and the store is
+  a masked block store, the constructs of `environments.tag_continuous.full_obs`'s
+  kernel.
 
 Division and bit-exactness: as documented in `environments.tag_continuous.full_obs`, XLA
 compiles the reference's division by the broadcast scale into a multiplication by its
@@ -78,6 +82,7 @@ __all__ = [
     "knn_obs_pallas",
     "knn_obs_xla",
     "obs_size",
+    "with_valid",
 ]
 
 #: The implementations `knn_obs` dispatches to.
@@ -94,17 +99,24 @@ def obs_size(k: int) -> int:
 
 
 def _check(
-    feats: jax.Array, idx: jax.Array, valid: jax.Array, scale: jax.Array, in_game: jax.Array
+    feats: jax.Array,
+    idx: jax.Array,
+    valid: jax.Array | None,
+    scale: jax.Array,
+    in_game: jax.Array,
 ) -> tuple[int, int]:
-    """Validates the shapes; returns ``(M, k)``."""
+    """Validates the shapes (``valid=None``: lists with ``−1`` in empty slots); returns
+    ``(M, k)``."""
     if feats.ndim != 2 or feats.shape[0] != NUM_FEATURES or feats.shape[1] < 1:
         raise ValueError(f"feats must be [{NUM_FEATURES}, M] with M >= 1, got {feats.shape}")
     m = feats.shape[1]
     if idx.ndim != 2 or idx.shape[0] != m or idx.shape[1] < 1:
         raise ValueError(f"idx must be [M, k] = [{m}, k] with k >= 1, got {idx.shape}")
-    if valid.shape != idx.shape:
+    if valid is None:
+        pass
+    elif valid.shape != idx.shape:
         raise ValueError(f"valid must have idx's shape {idx.shape}, got {valid.shape}")
-    if valid.dtype != jnp.bool_:
+    elif valid.dtype != jnp.bool_:
         raise ValueError(f"valid must be bool, got {valid.dtype}")
     if not jnp.issubdtype(idx.dtype, jnp.integer):
         raise ValueError(f"idx must be integer, got {idx.dtype}")
@@ -115,11 +127,19 @@ def _check(
     return m, idx.shape[1]
 
 
+def with_valid(lists: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Neighbour lists ``[M, k]`` with ``−1`` in empty slots -> ``(idx, valid)`` with
+    ``idx = i`` in row ``i``'s empty slots (`neighbors.nearest_k`'s convention)."""
+    valid = lists >= 0
+    own = jnp.arange(lists.shape[0], dtype=jnp.int32)[:, None]
+    return jnp.where(valid, lists.astype(jnp.int32), own), valid
+
+
 # ------------------------------------------------------------------------------------ xla
 def knn_obs_xla(
     feats: jax.Array,
     idx: jax.Array,
-    valid: jax.Array,
+    valid: jax.Array | None,
     rows: Sequence[int],
     scale: jax.Array,
     in_game: jax.Array,
@@ -130,13 +150,16 @@ def knn_obs_xla(
     Args:
       feats: ``[7, M]`` float32: x, y, speed, acceleration, direction, type, in-game.
       idx: ``[M, k]`` int32 neighbour ids in ``[0, M)`` (the search's, all agents).
-      valid: ``[M, k]`` bool, which slots hold a neighbour.
+      valid: ``[M, k]`` bool, which slots hold a neighbour; ``None``: ``idx`` holds
+        ``−1`` in its empty slots (`kernels.nearest_k_lists`; read as padded with ``i``).
       rows: static agent ids observing (``n`` of them), e.g. ``range(lo, hi)``.
       scale: ``[7]`` float32 divisors of the features (1 for type and in-game).
       in_game: ``[M]`` bool.
       time: ``[]`` float32, ``t/E``.
     """
     m, k = _check(feats, idx, valid, scale, in_game)
+    if valid is None:
+        idx, valid = with_valid(idx)
     ids, lo = _row_ids(rows, m)
     n = ids.size
     relative = _RELATIVE[None, :, None]  # [1, 7, 1]
@@ -151,22 +174,37 @@ def knn_obs_xla(
 
 
 # --------------------------------------------------------------------------------- pallas
-def _encode(idx: jax.Array, valid: jax.Array) -> jax.Array:
-    """``idx`` where ``valid``, else ``−1 − idx`` (negative): both in one int32 ``[M·k]``."""
+#: Floats per agent in the kernel's agent-major feature table: the 7 features, in-game.
+_ROW = NUM_FEATURES + 1
+
+
+def _encode(idx: jax.Array, valid: jax.Array | None) -> jax.Array:
+    """``idx`` where ``valid``, else ``−1 − idx`` (negative): both in one int32 ``[M·k]``;
+    ``valid=None``: ``idx`` as it is (its empty slots hold ``−1``)."""
     idx = idx.astype(jnp.int32)
-    return jnp.where(valid, idx, -1 - idx).reshape(-1)
+    if valid is not None:
+        idx = jnp.where(valid, idx, -1 - idx)
+    return idx.reshape(-1)
+
+
+def _agent_major(feats: jax.Array, in_game: jax.Array) -> jax.Array:
+    """``[M·8]`` float32: agent ``j``'s 7 features then ``in_game`` as 1.0/0.0 at
+    ``8j … 8j+7`` (one 32-byte sector per agent)."""
+    g = in_game.astype(jnp.float32)[None, :]
+    return jnp.concatenate([feats.astype(jnp.float32), g], axis=0).T.reshape(-1)
 
 
 def _knn_obs_kernel(
-    feats_ref, code_ref, scale_ref, g_ref, time_ref, *refs, m, k, n, lo, block, reciprocal,
+    table_ref, code_ref, scale_ref, time_ref, *refs, m, k, n, lo, block, reciprocal, raw,
     interpret,
 ):  # fmt: skip
     """One block of ``B`` consecutive elements of one env's flat ``[n·D]`` observations.
 
-    ``feats_ref [7M]`` flat features, ``code_ref [M·k]`` neighbour codes (`_encode`),
-    ``scale_ref [7]`` (the scale, or ``1/scale`` with ``reciprocal``), ``g_ref [M]`` (in
-    game, 1.0/0.0),
-    ``time_ref [1]``, optional ``ids_ref [n]`` (rows not contiguous), ``out_ref [n·D]``.
+    ``table_ref [8M]`` agent-major features (`_agent_major`), ``code_ref [M·k]``
+    neighbour codes (`_encode`; with ``raw``, ``−1`` for an empty slot, which reads the
+    observer's own row as the searches' padding ``idx = i`` does), ``scale_ref [7]`` (the scale, or
+    ``1/scale`` with ``reciprocal``), ``time_ref [1]``, optional ``ids_ref [n]`` (rows not
+    contiguous), ``out_ref [n·D]``.
     """
     if lo is None:
         ids_ref, out_ref = refs
@@ -186,10 +224,11 @@ def _knn_obs_kernel(
     i = ids_ref[r] if lo is None else r + lo  # the observing agent
     code = code_ref[i * k + s]
     ok = code >= 0
-    j = jnp.clip(jnp.where(ok, code, -1 - code), 0, m - 1)  # the neighbour
-    other = feats_ref[fc * m + j]
-    own = feats_ref[fc * m + i]
-    g_own = g_ref[i]
+    pad = i if raw else -1 - code  # an empty slot's idx (the masked value's sign of zero)
+    j = jnp.clip(jnp.where(ok, code, pad), 0, m - 1)  # the neighbour
+    other = table_ref[j * _ROW + fc]
+    own = table_ref[i * _ROW + fc]
+    g_own = table_ref[i * _ROW + NUM_FEATURES]
     sc = scale_ref[fc]
     rel = (f < NUM_RELATIVE).astype(jnp.float32)
     mask = jnp.where(ok, g_own, jnp.float32(0.0))  # valid & in_game[i], as 1.0 / 0.0
@@ -207,7 +246,7 @@ def _knn_obs_kernel(
 def knn_obs_pallas(
     feats: jax.Array,
     idx: jax.Array,
-    valid: jax.Array,
+    valid: jax.Array | None,
     rows: Sequence[int],
     scale: jax.Array,
     in_game: jax.Array,
@@ -220,7 +259,8 @@ def knn_obs_pallas(
 ) -> jax.Array:
     """The Pallas (Triton) kernel: ``[n, 7k+1]`` float32, written once in its final layout.
 
-    Arguments as `knn_obs_xla`, and:
+    Arguments as `knn_obs_xla` (``valid=None``: ``idx`` marks empty slots with ``−1``,
+    as `kernels.nearest_k_lists` returns them), and:
       reciprocal: multiply by ``1/scale`` (computed by XLA outside the kernel) instead of
         dividing (``div.rn.f32`` on GPU); ``None``: as XLA compiles the reference for a
         traced scale (`full_obs.reference_uses_reciprocal`).
@@ -245,10 +285,9 @@ def knn_obs_pallas(
     if reciprocal:
         scale = jnp.float32(1.0) / scale
     args = [
-        feats.astype(jnp.float32).reshape(-1),
+        _agent_major(feats, in_game),
         _encode(idx, valid),
         scale,
-        in_game.astype(jnp.float32),
         jnp.reshape(time, (1,)).astype(jnp.float32),
     ]
     if lo is None:
@@ -261,6 +300,7 @@ def knn_obs_pallas(
         lo=lo,
         block=block,
         reciprocal=reciprocal,
+        raw=valid is None,
         interpret=interpret,
     )
     out = pl.pallas_call(
@@ -271,7 +311,7 @@ def knn_obs_pallas(
         cost_estimate=pl.CostEstimate(
             flops=int(5 * total),
             transcendentals=0,
-            bytes_accessed=int(4 * (total + n * k + 8 * m + 8)),
+            bytes_accessed=int(4 * (total + n * k + _ROW * m + 8)),
         ),
         interpret=interpret,
         name="tag_knn_obs",

@@ -234,6 +234,35 @@ def test_kernel_on_any_neighbour_lists() -> None:
     got = obs(s, p, *lists["jax"], rows_all, "pallas", (("reciprocal", False),))
     ref = np.asarray(obs(s, p, *lists["jax"], rows_all, "xla"))
     np.testing.assert_allclose(np.asarray(got), ref, rtol=2.4e-7, atol=0)
+    # The kernels' own lists (-1 in empty slots, valid=None), as the env passes them.
+    for method in ("brute", "sorted"):
+        raw = kernels.nearest_k_lists(s.x, s.y, s.in_game, k, method=method)
+        idx, valid = lists["jax"]
+        assert_bitwise(raw, jnp.where(valid, idx, -1), f"{method} lists")
+        assert_bitwise(ko.with_valid(raw), lists["jax"], f"{method} with_valid")
+        for form in ko.IMPLS:
+            got = obs(s, p, raw, None, rows_all, form, (("block_size", 64),) * (form != "xla"))
+            assert_bitwise(got, ref, f"{method} lists, {form}")
+            got = obs(s, p, raw, None, (7, 3, 23, 0), form)
+            assert_bitwise(got, ref[[7, 3, 23, 0]], f"{method} lists, {form}, rows")
+
+
+def test_pallas_search_and_writer_env_equal_original() -> None:
+    """The env with both Pallas paths (search lists handed to the writer with no
+    ``valid`` array) equals the original observations, stepped and reset."""
+    rng = np.random.default_rng(21)
+    for name in ("4+20_k10", "ids_2+6_k4"):
+        env = TagContinuous(**ENVS[name], impl="pallas", knn_obs_impl="pallas")
+        for frac in (0.6, 0.1):
+            p = _params(rng)
+            s = _random_state(rng, env, p.grid_length, frac)
+            ref = _original_jit(name)(s, p)
+            assert_bitwise(jax.jit(env.observations)(s, p), ref, f"{name} {frac}")
+        key = jax.random.key(4)
+        a = env.sample_actions(jax.random.key(1))
+        base = _env(name)
+        got, ref = jax.jit(env.step)(key, s, a, p), jax.jit(base.step)(key, s, a, p)
+        assert_bitwise(got, ref, f"{name} step")
 
 
 def test_one_search_per_step() -> None:
