@@ -192,7 +192,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         interpret mode off GPU). Same values bit for bit on the CPU (tests); on an H200
         equal with constant params and within one float32 ulp with traced ones
         (`experiments.benchmarks.knn_obs_probe`); H200 steps 0.144 → 0.124 ms at
-        1000 × (10+100) and 2.84 → 2.21 ms at 2000 × (5+995), k = 10. Ignored for full
+        1000 × (10+100) and 2.84 → 2.08 ms at 2000 × (5+995), k = 10. Ignored for full
         observation.
       step_impl: how the step's dynamics (spec steps 1–9, before the observation) are
         computed: ``"auto"`` (the default: ``"xla"``; on an H200 the kernel measured no

@@ -141,8 +141,9 @@ def _compiler_params(num_warps: int | None, num_stages: int | None, rows: int):
 
 
 # ------------------------------------------------------------------------------ nearest_k
-def _nearest_k_kernel(xq_ref, yq_ref, xc_ref, yc_ref, out_ref, *, k, bm, unroll, mc, split):
-    """One env, ``BM`` query rows (one per lane); writes ``out [k, BM]`` int32, -1 = none.
+def _nearest_k_kernel(xq_ref, yq_ref, xc_ref, yc_ref, out_ref, *, k, bm, unroll, mc, split, m):
+    """One env, ``BM`` query rows (one per lane); writes their lists into the env's
+    ``out [M·k]`` int32 (row-major ``[M, k]``, -1 = none; padding rows masked).
 
     ``xq/yq [BM]`` query positions; ``xc/yc [MC]`` candidate positions (``+inf`` when the
     candidate is out of the game or padding). ``split``: stream the candidates in three
@@ -197,8 +198,17 @@ def _nearest_k_kernel(xq_ref, yq_ref, xc_ref, yc_ref, out_ref, *, k, bm, unroll,
         ld, lj = lax.fori_loop(hi, num_steps, steps(False), carry)
     else:
         ld, lj = lax.fori_loop(0, num_steps, steps(True), carry)
+    _store_lists(out_ref, rows, ld, lj, k, m)
+
+
+def _store_lists(out_ref, agent, ld, lj, k: int, m: int) -> None:
+    """Writes lane ``q``'s list ``(ld, lj)`` (``k`` slots of ``[BM]``) at
+    ``out[agent[q]·k + s]`` (the env's row-major ``[M, k]``; -1 where the slot is empty);
+    lanes with ``agent >= m`` (padding) write nothing."""
+    keep = agent < m
     for s in range(k):
-        out_ref[s, :] = jnp.where(ld[s] < _INF, lj[s], -1)
+        val = jnp.where(ld[s] < _INF, lj[s], -1)
+        pl_triton.store(out_ref.at[agent * k + s], val, mask=keep)
 
 
 def _check_batched_inputs(x, y, in_game, k) -> tuple[int, jax.Array, jax.Array, jax.Array]:
@@ -281,10 +291,10 @@ def _brute_lists(
     xc = jnp.pad(jnp.where(in_game, x, _INF), ((0, 0), (0, mc - m)), constant_values=_INF)
     yc = jnp.pad(jnp.where(in_game, y, _INF), ((0, 0), (0, mc - m)), constant_values=_INF)
 
-    kernel = functools.partial(_nearest_k_kernel, k=k, bm=bm, unroll=u, mc=mc, split=split)
+    kernel = functools.partial(_nearest_k_kernel, k=k, bm=bm, unroll=u, mc=mc, split=split, m=m)
     out = pl.pallas_call(
         kernel,
-        out_shape=jax.ShapeDtypeStruct((n, k, mq), jnp.int32),
+        out_shape=jax.ShapeDtypeStruct((n, m * k), jnp.int32),
         grid=(n, mq // bm),
         in_specs=[
             pl.BlockSpec((None, bm), lambda e, b: (e, b)),
@@ -292,7 +302,7 @@ def _brute_lists(
             pl.BlockSpec((None, mc), lambda e, b: (e, 0)),
             pl.BlockSpec((None, mc), lambda e, b: (e, 0)),
         ],
-        out_specs=pl.BlockSpec((None, k, bm), lambda e, b: (e, 0, b)),
+        out_specs=pl.BlockSpec((None, m * k), lambda e, b: (e, 0)),
         compiler_params=_compiler_params(num_warps, num_stages, bm),
         cost_estimate=pl.CostEstimate(
             flops=int(n * mq * mc * (5 + 5 * k)),
@@ -302,7 +312,7 @@ def _brute_lists(
         interpret=interpret,
         name="tag_nearest_k",
     )(xq, yq, xc, yc)
-    return jnp.swapaxes(out, 1, 2)[:, :m, :]  # [N, M, k]
+    return out.reshape(n, m, k)
 
 
 def _resolve_method(method: str | None, m: int) -> str:
@@ -550,7 +560,7 @@ def spatial_order(x: jax.Array, y: jax.Array) -> jax.Array:
 
 def _sorted_knn_kernel(
     cb_ref, xq_ref, yq_ref, qc_ref, xc_ref, yc_ref, oc_ref, bx0_ref, bx1_ref, by0_ref,
-    by1_ref, *out_refs, k, m, bm, bc, unroll, nb, nc, tie_check, stats,
+    by1_ref, pq_ref, *out_refs, k, m, bm, bc, unroll, nb, nc, tie_check, stats,
 ):  # fmt: skip
     """One env, ``BM`` consecutive sorted query rows (one per lane); chunk-pruned search.
 
@@ -560,8 +570,10 @@ def _sorted_knn_kernel(
     candidate position (``-1`` out of the game). ``xc/yc [MP]``: candidate positions,
     in-game agents in curve order then ``+inf``; ``oc [MP]`` int32: their original
     indices. ``bx0/bx1/by0/by1 [NC]``: each chunk's bounding box (``+inf/-inf`` when
-    empty). Writes ``out [k, BM]`` int32 original indices (``-1`` = none) and, with
-    ``stats``, ``visits [BM]`` (chunk visits, every lane the same).
+    empty). ``pq [BM]`` int32: each query's original index (``M`` for padding). Writes
+    the queries' lists of original indices (``-1`` = none) at their original rows of the
+    env's row-major ``out [M·k]`` and, with ``stats``, ``visits [BM]`` (chunk visits,
+    every lane the same).
 
     ``tie_check``: search with the brute-force kernel's cheaper strict insertion and
     ``k + 1`` slots (exact unless two of a lane's ``k + 1`` best distances are equal),
@@ -678,8 +690,7 @@ def _sorted_knn_kernel(
         ld, lj, count = lax.cond(any_tie, again, lambda: (ld[:k], lj[:k], count))
     else:
         ld, lj, count = search(k, lex=True)
-    for s in range(k):
-        out_refs[0][s, :] = jnp.where(ld[s] < _INF, lj[s], -1)
+    _store_lists(out_refs[0], pq_ref[...], ld, lj, k, m)
     if stats:
         out_refs[1][...] = jnp.full((bm,), count, jnp.int32)
 
@@ -737,7 +748,7 @@ def sorted_inputs(
 def _sorted_knn_call(
     x, y, in_game, k, *, bm, bc, u, tie_check, num_warps, num_stages, interpret, stats
 ):
-    """Prepare, kernel, unsort. Returns ``out [N, M, k]`` (-1 = none) and, with
+    """Prepare, then the kernel. Returns ``out [N, M, k]`` (-1 = none) and, with
     ``stats``, ``pairs [N]`` (pairs streamed over ``M²``)."""
     n, m = x.shape
     mp = _round_up(m, max(bm, bc))
@@ -755,8 +766,9 @@ def _sorted_knn_call(
         tie_check=tie_check,
         stats=stats,
     )
-    out_shape = [jax.ShapeDtypeStruct((n, k, mp), jnp.int32)]
-    out_specs = [pl.BlockSpec((None, k, bm), lambda e, b: (e, 0, b))]
+    # The kernel writes each list at its agent's row: no un-sorting pass afterwards.
+    out_shape = [jax.ShapeDtypeStruct((n, m * k), jnp.int32)]
+    out_specs = [pl.BlockSpec((None, m * k), lambda e, b: (e, 0))]
     if stats:
         out_shape.append(jax.ShapeDtypeStruct((n, mp), jnp.int32))
         out_specs.append(pl.BlockSpec((None, bm), lambda e, b: (e, b)))
@@ -770,7 +782,8 @@ def _sorted_knn_call(
         in_specs=[pl.BlockSpec((None, nb + 1), lambda e, b: (e, 0))]
         + [query_spec] * 3
         + [cand_spec] * 3
-        + [box_spec] * 4,
+        + [box_spec] * 4
+        + [query_spec],
         out_specs=tuple(out_specs),
         compiler_params=_compiler_params(num_warps, num_stages, bm),
         # Typical: ~15% of the pairs at ~8 + 5(k+1) simple ops.
@@ -781,16 +794,8 @@ def _sorted_knn_call(
         ),
         interpret=interpret,
         name="tag_nearest_k_sorted",
-    )(*inputs)
-    out_sorted = jnp.swapaxes(outs[0], 1, 2)[:, :m, :]  # [N, M, k], rows in query order
-    # Back to agent order: row perm[n, p] of the result is sorted row p.
-    rows = jnp.arange(n)[:, None]
-    inv = (
-        jnp.zeros_like(perm)
-        .at[rows, perm]
-        .set(jnp.broadcast_to(jnp.arange(m, dtype=jnp.int32), (n, m)))
-    )
-    out = jnp.take_along_axis(out_sorted, inv[:, :, None], axis=1)
+    )(*inputs, jnp.pad(perm, ((0, 0), (0, mp - m)), constant_values=m))
+    out = outs[0].reshape(n, m, k)  # agent order
     if stats:
         visits = jnp.sum(outs[1][:, ::bm], axis=1).astype(jnp.float32)  # [N]
         return out, visits * (bm * bc / (m * m))

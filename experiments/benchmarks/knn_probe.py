@@ -3,8 +3,9 @@
 ``python -m experiments.benchmarks.knn_probe`` builds random positions on the default
 device for each ``(N envs, M agents)`` size (uniform in ``[0, L]²``, all in the game),
 checks on a few states (uniform, clustered, half out of the game, coarse lattice with
-exact ties) that the sorted search (`kernels.nearest_k_sorted_batched`) returns what
-the brute-force kernel (`kernels.nearest_k_brute_batched`) returns, then times (jitted
+exact ties) that the brute-force kernel (`kernels.nearest_k_brute_batched`) returns
+what the plain-JAX search (`neighbors.nearest_k`) returns and the sorted search
+(`kernels.nearest_k_sorted_batched`) what the brute-force kernel returns, then times (jitted
 and compiled ahead, compile excluded, median of ``--repeats`` calls each ended by
 ``block_until_ready``) the brute-force kernel, the sorted search for each block
 configuration, and the sorted search's preparation alone (curve sort, candidate
@@ -32,7 +33,7 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags
 
-from environments.tag_continuous import kernels
+from environments.tag_continuous import kernels, neighbors
 from experiments.benchmarks.timing import device_info, time_compiled
 
 __all__ = ["check_equal", "make_states", "parse_configs"]
@@ -145,9 +146,14 @@ def main(argv: list[str]) -> None:
 
         brute = _compile(functools.partial(kernels.nearest_k_brute_batched, k=k), *args)
         _, brute_ms = _median_ms(brute, args, repeats)
-        row = f"{n:>6} {m:>6} {'brute':<10} {'':>4} {'':>4} {'':>3} {'':>4}"
-        print(f"{row} {brute_ms:>9.3f} {1.0:>8.2f} {1.0:>6.3f}  -", flush=True)
         brute_out = [brute(*s) for s in check_states] if FLAGS.check else []
+        verdict = "-"
+        if FLAGS.check:  # the brute-force kernel against the plain-JAX search
+            ref = jax.jit(jax.vmap(lambda x, y, g: neighbors.nearest_k(x, y, g, k)))
+            res = [(*b, *ref(*s)) for s, b in zip(check_states, brute_out, strict=True)]
+            verdict = check_equal(res, check_states)
+        row = f"{n:>6} {m:>6} {'brute':<10} {'':>4} {'':>4} {'':>3} {'':>4}"
+        print(f"{row} {brute_ms:>9.3f} {1.0:>8.2f} {1.0:>6.3f}  {verdict}", flush=True)
 
         for i, opts in enumerate(configs):
             fn = functools.partial(kernels.nearest_k_sorted_batched, k=k, **opts)
