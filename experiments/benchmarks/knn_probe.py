@@ -36,22 +36,28 @@ from absl import app, flags
 from environments.tag_continuous import kernels, neighbors
 from experiments.benchmarks.timing import device_info, time_compiled
 
-__all__ = ["check_equal", "make_states", "parse_configs"]
+__all__ = ["check_equal", "define_flags", "make_states", "parse_configs"]
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("sizes", ["2000:1000", "1000:110", "10:10100"], "N:M sizes")
-flags.DEFINE_list(
-    "configs",
-    ["32:16:8:1", "32:8:8:1", "32:32:8:1", "64:16:8:1", "32:16:8:0"],
-    "sorted-search configurations BM:BC:U:tie_check (U = 0: default)",
-)
-flags.DEFINE_integer("k", 10, "neighbours per agent")
-flags.DEFINE_float("grid_length", 20.0, "side L of the square the agents live in")
-flags.DEFINE_integer("repeats", 5, "timed calls per measurement (median reported)")
-flags.DEFINE_bool("check", True, "check sorted == brute force on a few states")
-flags.DEFINE_bool("stats", True, "report the fraction of pairs the sorted kernel streamed")
-flags.DEFINE_integer("seed", 0, "random seed")
-flags.DEFINE_bool("tiny", False, "small sizes and configurations (CPU smoke test)")
+
+
+def define_flags() -> None:
+    """Defines the probe's flags (only when run as a program: other probes and the
+    benchmark command use some of the same names, and the tests import them all)."""
+    flags.DEFINE_list("sizes", ["2000:1000", "1000:110", "10:10100"], "N:M sizes")
+    flags.DEFINE_list(
+        "configs",
+        ["32:16:8:1", "32:8:8:1", "32:32:8:1", "64:16:8:1", "32:16:8:0"],
+        "sorted-search configurations BM:BC:U:tie_check (U = 0: default)",
+    )
+    flags.DEFINE_integer("k", 10, "neighbours per agent")
+    flags.DEFINE_float("grid_length", 20.0, "side L of the square the agents live in")
+    flags.DEFINE_integer("repeats", 5, "timed calls per measurement (median reported)")
+    flags.DEFINE_bool("check", True, "check sorted == brute force on a few states")
+    flags.DEFINE_bool("stats", True, "report the fraction of pairs the sorted kernel streamed")
+    flags.DEFINE_integer("seed", 0, "random seed")
+    flags.DEFINE_bool("tiny", False, "small sizes and configurations (CPU smoke test)")
+
 
 _TINY_SIZES = ["2:300", "8:40"]
 _TINY_CONFIGS = ["32:16:0:1", "32:8:0:0"]
@@ -185,4 +191,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

@@ -332,3 +332,24 @@ def test_docstring_example():
 
     result = doctest.testmod(kernels, verbose=False)
     assert result.attempted >= 1 and result.failed == 0
+
+
+def test_knn_probe_checks_kernels_against_plain_jax():
+    """`knn_probe`'s GPU check, on the CPU: the brute-force kernel's lists equal the
+    plain-JAX search's on its four state kinds (ties included), and a wrong neighbour is
+    reported as a mismatch, not passed as a near-tie."""
+    import jax.numpy as jnp
+
+    from environments.tag_continuous import neighbors
+    from experiments.benchmarks import knn_probe
+
+    states = list(knn_probe.make_states(jax.random.key(3), 3, 40, 20.0).values())
+    ref_fn = jax.vmap(lambda x, y, g: neighbors.nearest_k(x, y, g, 5))
+    brute = [kernels.nearest_k_brute_batched(*s, k=5) for s in states]
+    refs = [ref_fn(*s) for s in states]
+    res = [(*b, *r) for b, r in zip(brute, refs, strict=True)]
+    assert knn_probe.check_equal(res, states) == "exact"
+    idx, valid = brute[0]
+    wrong = jnp.where(idx[0, 0, 0] == 7, 8, 7)  # another agent, not equally near
+    bad = (idx.at[0, 0, 0].set(wrong), valid)
+    assert knn_probe.check_equal([(*bad, *refs[0])], states[:1]) == "MISMATCH(1)"
