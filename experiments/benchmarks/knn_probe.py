@@ -48,7 +48,8 @@ def define_flags() -> None:
     flags.DEFINE_list(
         "configs",
         ["32:16:8:1", "32:8:8:1", "32:32:8:1", "64:16:8:1", "32:16:8:0"],
-        "sorted-search configurations BM:BC:U:tie_check (U = 0: default)",
+        "sorted-search configurations BM:BC:U:tie_check[:order] (U = 0: default; order 0"
+        " curve, 1 best-first)",
     )
     flags.DEFINE_integer("k", 10, "neighbours per agent")
     flags.DEFINE_float("grid_length", 20.0, "side L of the square the agents live in")
@@ -64,11 +65,15 @@ _TINY_CONFIGS = ["32:16:0:1", "32:8:0:0"]
 
 
 def parse_configs(specs: list[str]) -> list[dict[str, Any]]:
-    """``["BM:BC:U:T", ...]`` -> keyword options of `kernels.nearest_k_sorted_batched`."""
+    """``["BM:BC:U:T[:O]", ...]`` -> keyword options of `kernels.nearest_k_sorted_batched`
+    (``O``: chunk order, 0 ``"curve"``, 1 ``"best"``; default `kernels.CHUNK_ORDER`)."""
     out = []
     for spec in specs:
-        bm, bc, u, t = (int(v) for v in spec.split(":"))
-        out.append(dict(block_rows=bm, chunk_size=bc, block_cols=u or None, tie_check=bool(t)))
+        vals = [int(v) for v in spec.split(":")]
+        bm, bc, u, t = vals[:4]
+        opts = dict(block_rows=bm, chunk_size=bc, block_cols=u or None, tie_check=bool(t))
+        opts["chunk_order"] = kernels.CHUNK_ORDERS[vals[4]] if len(vals) > 4 else None
+        out.append(opts)
     return out
 
 
@@ -139,7 +144,7 @@ def main(argv: list[str]) -> None:
     info = device_info()
     print(f"# knn_probe on {info['device']} ({info['backend']}, jax {info['jax']}), k = {k}, "
           f"L = {FLAGS.grid_length}, median of {repeats}", flush=True)  # fmt: skip
-    header = f"{'N':>6} {'M':>6} {'method':<10} {'BM':>4} {'BC':>4} {'U':>3} {'tie':>4}"
+    header = f"{'N':>6} {'M':>6} {'method':<12} {'BM':>4} {'BC':>4} {'U':>3} {'tie':>4}"
     header += f" {'ms':>9} {'x brute':>8} {'pairs':>6}  check"
     print(header, flush=True)
     key = jax.random.key(FLAGS.seed)
@@ -158,7 +163,7 @@ def main(argv: list[str]) -> None:
             ref = jax.jit(jax.vmap(lambda x, y, g: neighbors.nearest_k(x, y, g, k)))
             res = [(*b, *ref(*s)) for s, b in zip(check_states, brute_out, strict=True)]
             verdict = check_equal(res, check_states)
-        row = f"{n:>6} {m:>6} {'brute':<10} {'':>4} {'':>4} {'':>3} {'':>4}"
+        row = f"{n:>6} {m:>6} {'brute':<12} {'':>4} {'':>4} {'':>3} {'':>4}"
         print(f"{row} {brute_ms:>9.3f} {1.0:>8.2f} {1.0:>6.3f}  {verdict}", flush=True)
 
         for i, opts in enumerate(configs):
@@ -176,7 +181,8 @@ def main(argv: list[str]) -> None:
                 )
                 pairs = float(jnp.mean(stats_fn(*args)[2]))
             u = opts["block_cols"] or 0
-            row = f"{n:>6} {m:>6} {'sorted':<10} {opts['block_rows']:>4} "
+            name = "sorted" if opts["chunk_order"] is None else f"sorted-{opts['chunk_order']}"
+            row = f"{n:>6} {m:>6} {name:<12} {opts['block_rows']:>4} "
             row += f"{opts['chunk_size']:>4} {u:>3} {int(opts['tie_check']):>4}"
             print(f"{row} {ms:>9.3f} {brute_ms / ms:>8.2f} {pairs:>6.3f}  {verdict}", flush=True)
             if i == 0:  # the preparation alone (XLA: curve sort, partition, boxes)
@@ -186,7 +192,7 @@ def main(argv: list[str]) -> None:
                 prep = _compile(lambda x, y, g: kernels.sorted_inputs(x, y, g, bm, bc), *args)
                 _, prep_ms = _median_ms(prep, args, repeats)
                 for name, t in (("sort", sort_ms), ("prep", prep_ms)):
-                    row = f"{n:>6} {m:>6} {name:<10} {bm:>4} {bc:>4} {'':>3} {'':>4}"
+                    row = f"{n:>6} {m:>6} {name:<12} {bm:>4} {bc:>4} {'':>3} {'':>4}"
                     print(f"{row} {t:>9.3f} {'':>8} {'':>6}  -", flush=True)
 
 

@@ -114,6 +114,36 @@ def test_sorted_matches_reference(m, k, bm, bc, u, tie_check):
         assert_same(idx[e], valid[e], ref_idx[e], ref_valid[e], f"{kind} (env {e})")
 
 
+@pytest.mark.parametrize("m,k,bm,bc,u,tie_check", [CASES[0], CASES[1], CASES[2], CASES[5]])
+def test_best_first_chunk_order_matches_reference(m, k, bm, bc, u, tie_check):
+    """``chunk_order="best"`` (nearest chunk box first, early stop) gives the same lists
+    on every state kind (ties, lattices, out-of-game clusters, padding)."""
+    kinds = KINDS if m < 600 else KINDS[:8]
+    x, y, g = make_states(m, kinds, seed=m + 7 * k + 1)
+    fn = _sorted(
+        k, block_rows=bm, chunk_size=bc, block_cols=u, tie_check=tie_check, chunk_order="best"
+    )
+    idx, valid, _ = fn(x, y, g)
+    ref_idx, ref_valid = _reference(k)(x, y, g)
+    for e, kind in enumerate(kinds):
+        assert_same(idx[e], valid[e], ref_idx[e], ref_valid[e], f"best {kind} (env {e})")
+
+
+def test_chunk_orders_agree_and_best_first_prunes_at_least_as_well():
+    m, k = 1000, 10
+    x, y, g = make_states(m, ("uniform", "out_random"), seed=9)
+    opts = dict(block_rows=32, chunk_size=16, block_cols=1, tie_check=True)
+    c_idx, c_valid, curve = _sorted(k, **opts, chunk_order="curve")(x, y, g)
+    idx, valid, best = _sorted(k, **opts, chunk_order="best")(x, y, g)
+    assert np.all(np.asarray(best) <= np.asarray(curve) + 1e-6), (best, curve)
+    ref = _reference(k)(x, y, g)
+    assert_same(idx, valid, *ref, "best m=1000")
+    assert_same(c_idx, c_valid, *ref, "curve m=1000")
+    assert kernels.CHUNK_ORDER == "best"
+    with pytest.raises(ValueError, match="chunk_order must be one of"):
+        kernels.nearest_k_sorted_batched(x, y, g, k, chunk_order="random")
+
+
 def test_sorted_prunes_uniform_agents():
     """At the benchmark's density (1000 agents per 20 x 20) most pairs are skipped."""
     m, k = 1000, 10

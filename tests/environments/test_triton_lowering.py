@@ -45,6 +45,15 @@ def test_nearest_k_lowers_to_triton(method: str) -> None:
     assert _lowered_triton_calls(fn, x, y, g) == 1
 
 
+@pytest.mark.parametrize("order", ["curve", "best"])
+def test_sorted_chunk_orders_lower_to_triton(order: str) -> None:
+    x, y, g = _positions()
+    fn = lambda x, y, g: kernels.nearest_k_sorted_batched(
+        x, y, g, K, chunk_order=order, interpret=False
+    )
+    assert _lowered_triton_calls(fn, x, y, g) == 1
+
+
 def test_nearest_tagger_lowers_to_triton() -> None:
     x, y, _ = _positions()
     fn = lambda x, y: kernels.nearest_tagger_batched(
