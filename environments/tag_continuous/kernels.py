@@ -358,57 +358,54 @@ def nearest_k_batched(
     Returns:
       ``idx [N, M, k]`` int32 and ``valid [N, M, k]`` bool, as `nearest_k` per env.
     """
+    return _finish(
+        _lists_batched(
+            x, y, in_game, k, method=method, block_rows=block_rows, block_cols=block_cols,
+            chunk_size=chunk_size, tie_check=tie_check, num_warps=num_warps,
+            num_stages=num_stages, split_self_range=split_self_range, interpret=interpret,
+        )
+    )  # fmt: skip
+
+
+def _lists_batched(
+    x, y, in_game, k, *, method=None, block_rows=None, block_cols=None, chunk_size=None,
+    tie_check=True, num_warps=None, num_stages=None, split_self_range=None, interpret=None,
+) -> jax.Array:  # fmt: skip
+    """The chosen kernel's lists ``[N, M, k]`` int32, ``-1`` = none (`nearest_k_batched`'s
+    arguments)."""
     m = jnp.shape(x)[-1] if jnp.ndim(x) == 2 else 0
     opts = dict(
         block_rows=block_rows, block_cols=block_cols, num_warps=num_warps,
         num_stages=num_stages, interpret=interpret,
     )  # fmt: skip
     if _resolve_method(method, m) == "sorted":
-        return nearest_k_sorted_batched(
-            x, y, in_game, k, chunk_size=chunk_size, tie_check=tie_check, **opts
-        )
-    return nearest_k_brute_batched(x, y, in_game, k, split_self_range=split_self_range, **opts)
+        return _sorted_search(x, y, in_game, k, chunk_size=chunk_size, tie_check=tie_check, **opts)
+    return _brute_lists(x, y, in_game, k, split_self_range=split_self_range, **opts)
 
 
 def nearest_k_lists(
-    x: jax.Array,
-    y: jax.Array,
-    in_game: jax.Array,
-    k: int,
-    *,
-    method: str | None = None,
-    block_rows: int | None = None,
-    block_cols: int | None = None,
-    chunk_size: int | None = None,
-    tie_check: bool = True,
-    num_warps: int | None = None,
-    num_stages: int | None = None,
-    split_self_range: bool | None = None,
-    interpret: bool | None = None,
+    x: jax.Array, y: jax.Array, in_game: jax.Array, k: int, **options: Any
 ) -> jax.Array:
     """`nearest_k`'s neighbour lists of one env as the kernels write them: ``[M, k]``
     int32, ``-1`` in the slots that `nearest_k` pads (``valid = False``). One pass over
     ``[M, k]`` fewer than `nearest_k`; `knn_obs.knn_obs` takes these lists directly
-    (``valid=None``) and `knn_obs.with_valid` converts them. Arguments as `nearest_k`;
-    vmaps over envs."""
+    (``valid=None``) and `knn_obs.with_valid` converts them. Arguments and ``options``
+    as `nearest_k`; vmaps over envs."""
+    x, y, in_game = _one_env(x, y, in_game, "nearest_k_lists")
+    return _lists_batched(x[None], y[None], in_game[None], k, **options)[0]
+
+
+def _one_env(x, y, in_game, name: str) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``x, y`` float32 and ``in_game`` of one env, checked to be ``[M]`` each."""
     x = jnp.asarray(x, jnp.float32)
     y = jnp.asarray(y, jnp.float32)
     in_game = jnp.asarray(in_game)
     if x.ndim != 1 or y.shape != x.shape or in_game.shape != x.shape:
         raise ValueError(
-            f"nearest_k_lists needs x, y, in_game of one shape [M], got {x.shape}, "
-            f"{y.shape}, {in_game.shape}"
+            f"{name} needs x, y, in_game of one shape [M], got {x.shape}, {y.shape}, "
+            f"{in_game.shape}"
         )
-    args = (x[None], y[None], in_game[None], k)
-    opts = dict(
-        block_rows=block_rows, block_cols=block_cols, num_warps=num_warps,
-        num_stages=num_stages, interpret=interpret,
-    )  # fmt: skip
-    if _resolve_method(method, x.shape[0]) == "sorted":
-        out = _sorted_search(*args, chunk_size=chunk_size, tie_check=tie_check, **opts)
-    else:
-        out = _brute_lists(*args, split_self_range=split_self_range, **opts)
-    return out[0]
+    return x, y, in_game
 
 
 def nearest_k(
@@ -453,14 +450,7 @@ def nearest_k(
       >>> idx.tolist(), valid.tolist()
       ([[1, 2], [0, 2], [1, 0]], [[True, True], [True, True], [True, True]])
     """
-    x = jnp.asarray(x, jnp.float32)
-    y = jnp.asarray(y, jnp.float32)
-    in_game = jnp.asarray(in_game)
-    if x.ndim != 1 or y.shape != x.shape or in_game.shape != x.shape:
-        raise ValueError(
-            f"nearest_k needs x, y, in_game of one shape [M], got {x.shape}, {y.shape}, "
-            f"{in_game.shape}"
-        )
+    x, y, in_game = _one_env(x, y, in_game, "nearest_k")
     idx, valid = nearest_k_batched(
         x[None],
         y[None],
