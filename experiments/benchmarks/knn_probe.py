@@ -51,6 +51,12 @@ def define_flags() -> None:
         "sorted-search configurations BM:BC:U:tie_check[:order] (U = 0: default; order 0"
         " curve, 1 best-first)",
     )
+    flags.DEFINE_list(
+        "brute_configs",
+        [],
+        "other brute-force kernel blocks BM:U:W (query rows, unroll, warps; 0: default), "
+        "timed and checked against the default one, e.g. 64:8:2,128:8:4,32:16:1",
+    )
     flags.DEFINE_integer("k", 10, "neighbours per agent")
     flags.DEFINE_float("grid_length", 20.0, "side L of the square the agents live in")
     flags.DEFINE_integer("repeats", 5, "timed calls per measurement (median reported)")
@@ -165,6 +171,21 @@ def main(argv: list[str]) -> None:
             verdict = check_equal(res, check_states)
         row = f"{n:>6} {m:>6} {'brute':<12} {'':>4} {'':>4} {'':>3} {'':>4}"
         print(f"{row} {brute_ms:>9.3f} {1.0:>8.2f} {1.0:>6.3f}  {verdict}", flush=True)
+
+        for spec in FLAGS.brute_configs:  # other blocks of the brute-force kernel
+            bm, u, w = (int(v) for v in spec.split(":"))
+            fn = functools.partial(
+                kernels.nearest_k_brute_batched, k=k, block_rows=bm, block_cols=u or None,
+                num_warps=w or None,
+            )  # fmt: skip
+            other = _compile(fn, *args)
+            _, ms = _median_ms(other, args, repeats)
+            verdict = "-"
+            if FLAGS.check:
+                res = [(*other(*s), *b) for s, b in zip(check_states, brute_out, strict=True)]
+                verdict = check_equal(res, check_states)
+            row = f"{n:>6} {m:>6} {'brute w' + str(w or '-'):<12} {bm:>4} {'':>4} {u:>3} {'':>4}"
+            print(f"{row} {ms:>9.3f} {brute_ms / ms:>8.2f} {1.0:>6.3f}  {verdict}", flush=True)
 
         for i, opts in enumerate(configs):
             fn = functools.partial(kernels.nearest_k_sorted_batched, k=k, **opts)
