@@ -141,6 +141,17 @@ def _median_ms(compiled, args, repeats) -> tuple[float, float]:
     return first, 1e3 * statistics.median(times)
 
 
+def _time_and_check(fn, args, repeats, check_states, brute_out) -> tuple[float, str]:
+    """``fn`` compiled on ``args``: its median ms, and (with ``--check``) the verdict of
+    its lists against the default brute-force kernel's on ``check_states``."""
+    compiled = _compile(fn, *args)
+    _, ms = _median_ms(compiled, args, repeats)
+    if not FLAGS.check:
+        return ms, "-"
+    res = [(*compiled(*s), *b) for s, b in zip(check_states, brute_out, strict=True)]
+    return ms, check_equal(res, check_states)
+
+
 def main(argv: list[str]) -> None:
     del argv
     sizes = _TINY_SIZES if FLAGS.tiny else FLAGS.sizes
@@ -178,23 +189,13 @@ def main(argv: list[str]) -> None:
                 kernels.nearest_k_brute_batched, k=k, block_rows=bm, block_cols=u or None,
                 num_warps=w or None,
             )  # fmt: skip
-            other = _compile(fn, *args)
-            _, ms = _median_ms(other, args, repeats)
-            verdict = "-"
-            if FLAGS.check:
-                res = [(*other(*s), *b) for s, b in zip(check_states, brute_out, strict=True)]
-                verdict = check_equal(res, check_states)
+            ms, verdict = _time_and_check(fn, args, repeats, check_states, brute_out)
             row = f"{n:>6} {m:>6} {'brute w' + str(w or '-'):<12} {bm:>4} {'':>4} {u:>3} {'':>4}"
             print(f"{row} {ms:>9.3f} {brute_ms / ms:>8.2f} {1.0:>6.3f}  {verdict}", flush=True)
 
         for i, opts in enumerate(configs):
             fn = functools.partial(kernels.nearest_k_sorted_batched, k=k, **opts)
-            sorted_fn = _compile(fn, *args)
-            _, ms = _median_ms(sorted_fn, args, repeats)
-            verdict = "-"
-            if FLAGS.check:
-                res = [(*sorted_fn(*s), *b) for s, b in zip(check_states, brute_out, strict=True)]
-                verdict = check_equal(res, check_states)
+            ms, verdict = _time_and_check(fn, args, repeats, check_states, brute_out)
             pairs = float("nan")
             if FLAGS.stats:
                 stats_fn = _compile(
