@@ -100,6 +100,8 @@ from jax.experimental.pallas import triton as pl_triton
 __all__ = [
     "CHUNK_ORDER",
     "CHUNK_ORDERS",
+    "PACKED_EXTRA_SLOTS",
+    "PACKED_MAX_BITS",
     "SORTED_MIN_AGENTS",
     "nearest_k",
     "nearest_k_batched",
@@ -143,22 +145,27 @@ def _compiler_params(num_warps: int | None, num_stages: int | None, rows: int):
 
 
 # ------------------------------------------------------------------------------ nearest_k
-def _nearest_k_kernel(xq_ref, yq_ref, xc_ref, yc_ref, out_ref, *, k, bm, unroll, mc, split, m):
+def _nearest_k_kernel(
+    xq_ref, yq_ref, xc_ref, yc_ref, out_ref, *, k, bm, unroll, mc, split, m, key_bits
+):  # fmt: skip
     """One env, ``BM`` query rows (one per lane); writes their lists into the env's
     ``out [M·k]`` int32 (row-major ``[M, k]``, -1 = none; padding rows masked).
 
     ``xq/yq [BM]`` query positions; ``xc/yc [MC]`` candidate positions (``+inf`` when the
     candidate is out of the game or padding). ``split``: stream the candidates in three
     loops so that only the middle one (this block's own rows) applies the ``j != i``
-    mask; otherwise one masked loop.
+    mask; otherwise one masked loop. ``key_bits``: search with packed keys of that many
+    index bits (`_packed_insert`), then exactly only if some lane's result is ambiguous;
+    ``0``: the exact insertion only.
     """
     b = pl.program_id(1)
     rows = b * bm + lax.broadcasted_iota(jnp.int32, (bm,), 0)  # [BM]
     xq = xq_ref[...]  # [BM]
     yq = yq_ref[...]  # [BM]
 
-    def insert(ld, lj, d, j):
-        """Inserts ``(d [BM], j)`` into the sorted lists ``ld, lj`` (k-tuples of [BM])."""
+    def insert(lists, d, j):
+        """Inserts ``(d [BM], j)`` into the sorted lists ``(ld, lj)`` (k-tuples of [BM])."""
+        ld, lj = lists
         nd, nj = [], []
         before = None  # d < ld[s - 1]
         for s in range(k):
@@ -172,45 +179,145 @@ def _nearest_k_kernel(xq_ref, yq_ref, xc_ref, yc_ref, out_ref, *, k, bm, unroll,
             before = here
         return tuple(nd), tuple(nj)
 
-    def steps(masked):
-        def step(c, carry):
-            ld, lj = carry
-            for u in range(unroll):
-                j = c * unroll + u
-                dx = xq - xc_ref[j]
-                dy = yq - yc_ref[j]
-                d = dx * dx + dy * dy  # [BM]
-                if masked:
-                    d = jnp.where(rows == j, _INF, d)
-                ld, lj = insert(ld, lj, d, j)
-            return ld, lj
+    def stream(ins, carry):
+        """Streams every candidate through ``ins(carry, d [BM], j)``."""
 
-        return step
+        def steps(masked):
+            def step(c, carry):
+                for u in range(unroll):
+                    j = c * unroll + u
+                    dx = xq - xc_ref[j]
+                    dy = yq - yc_ref[j]
+                    d = dx * dx + dy * dy  # [BM]
+                    if masked:
+                        d = jnp.where(rows == j, _INF, d)
+                    carry = ins(carry, d, j)
+                return carry
 
-    carry = (
-        tuple(jnp.full((bm,), _INF, jnp.float32) for _ in range(k)),
-        tuple(jnp.full((bm,), -1, jnp.int32) for _ in range(k)),
-    )
-    num_steps = mc // unroll
-    if split:
-        lo = (b * bm) // unroll  # first step that may hold one of this block's rows
-        hi = jnp.minimum(((b + 1) * bm + unroll - 1) // unroll, num_steps)
-        carry = lax.fori_loop(0, lo, steps(False), carry)
-        carry = lax.fori_loop(lo, hi, steps(True), carry)
-        ld, lj = lax.fori_loop(hi, num_steps, steps(False), carry)
+            return step
+
+        num_steps = mc // unroll
+        if split:
+            lo = (b * bm) // unroll  # first step that may hold one of this block's rows
+            hi = jnp.minimum(((b + 1) * bm + unroll - 1) // unroll, num_steps)
+            carry = lax.fori_loop(0, lo, steps(False), carry)
+            carry = lax.fori_loop(lo, hi, steps(True), carry)
+            return lax.fori_loop(hi, num_steps, steps(False), carry)
+        return lax.fori_loop(0, num_steps, steps(True), carry)
+
+    def exact():
+        init = (
+            tuple(jnp.full((bm,), _INF, jnp.float32) for _ in range(k)),
+            tuple(jnp.full((bm,), -1, jnp.int32) for _ in range(k)),
+        )
+        ld, lj = stream(insert, init)
+        return tuple(jnp.where(ld[s] < _INF, lj[s], -1) for s in range(k))
+
+    if key_bits:
+        keys = stream(
+            lambda lk, d, j: _packed_insert(lk, d, j, key_bits),
+            tuple(jnp.full((bm,), _EMPTY_KEY, jnp.int32) for _ in range(k + PACKED_EXTRA_SLOTS)),
+        )
+
+        def dist(j):  # [BM] exact distances to candidates j [BM]
+            dx = xq - xc_ref[j]
+            dy = yq - yc_ref[j]
+            return dx * dx + dy * dy
+
+        lists, amb = _packed_lists(keys, k, key_bits, dist)
+        lists = lax.cond(_any(amb & (rows < m)), exact, lambda: lists)
     else:
-        ld, lj = lax.fori_loop(0, num_steps, steps(True), carry)
-    _store_lists(out_ref, rows, ld, lj, k, m)
+        lists = exact()
+    _store_lists(out_ref, rows, lists, k, m)
 
 
-def _store_lists(out_ref, agent, ld, lj, k: int, m: int) -> None:
-    """Writes lane ``q``'s list ``(ld, lj)`` (``k`` slots of ``[BM]``) at
-    ``out[agent[q]·k + s]`` (the env's row-major ``[M, k]``; -1 where the slot is empty);
-    lanes with ``agent >= m`` (padding) write nothing."""
+#: Packed search keys (`_packed_insert`): a slot holding this is empty.
+_EMPTY_KEY = 0x7FFFFFFF
+#: Keys at or above this come from a ``+inf`` distance (not a neighbour).
+_INF_KEY = 0x7F800000
+#: `nearest_k`'s kernels use packed keys when the agent indices fit in this many bits
+#: (``M <= 1024``; more index bits make ambiguous results, and exact re-searches, common).
+PACKED_MAX_BITS = 10
+
+
+def _key_bits(packed_keys: bool | None, m: int) -> int:
+    """Index bits of the packed keys for ``m`` agents, or 0 for the exact insertion."""
+    bits = max(1, (m - 1).bit_length())
+    if packed_keys is None:
+        packed_keys = bits <= PACKED_MAX_BITS
+    return bits if packed_keys else 0
+
+
+def _packed_insert(lk, d, j, bits: int):
+    """Inserts candidate ``j`` at distance ``d [BM]`` into the sorted key lists ``lk``
+    (a tuple of ``[BM]`` int32, ascending), as the key ``bits(d)`` with its low ``bits``
+    bits replaced by ``j``. A float32 ``d >= 0`` orders like its bit pattern, so the key
+    orders by ``(d truncated, j)``; one integer min and max per slot, against five
+    operations for the exact ``(d, j)`` pair of lists."""
+    low = (1 << bits) - 1
+    key = (lax.bitcast_convert_type(d, jnp.int32) & ~low) | j  # [BM]
+    out = [jnp.minimum(lk[0], key)]
+    for s in range(1, len(lk)):
+        out.append(jnp.minimum(lk[s], jnp.maximum(lk[s - 1], key)))
+    return tuple(out)
+
+
+#: Extra slots of the packed search beyond ``k`` (`_packed_lists`): a tie of this many
+#: distances' truncations across the ``k``-th place still resolves without a re-search.
+PACKED_EXTRA_SLOTS = 2
+#: Odd-even transposition passes that re-sort the packed list by exact distance: runs of
+#: up to this many keys of one truncated distance are put in exact order.
+_RESORT_PASSES = 3
+
+
+def _packed_lists(lk, k: int, bits: int, dist):
+    """The exact lists from a packed search's ``S = len(lk) > k`` sorted keys, and which
+    lanes cannot be resolved from them.
+
+    The keys order by ``(truncated distance, index)`` (`_packed_insert`). Where the last
+    slot's truncation is above the ``k``-th's, every agent not listed is strictly
+    farther than every listed one of truncation at most the ``k``-th's, so those are
+    the exact candidates for the first ``k`` places; only their order within one
+    truncation (by index, not distance) can be wrong. So: recompute each listed
+    distance exactly (``dist(idx [BM]) -> [BM]``, the search's own formula), re-sort
+    the ``S`` entries by it (stable odd-even transposition: equal distances keep index
+    order), and check the result is sorted. A lane whose ``k``-th and last truncations
+    are equal (more than ``S - k`` near-ties at the ``k``-th place) or whose list is
+    still unsorted is ambiguous: the caller searches again exactly if a real one is.
+
+    Returns ``(lists, ambiguous)``: ``k`` tuples of ``[BM]`` int32 indices (-1 = none)
+    and ``[BM]`` bool.
+    """
+    low = (1 << bits) - 1
+    fin = [key < _INF_KEY for key in lk]
+    amb = fin[k - 1] & ((lk[k - 1] >> bits) == (lk[-1] >> bits))
+    keys = list(lk)
+    ds = [jnp.where(f, dist(key & low), _INF) for f, key in zip(fin, keys, strict=True)]
+    for p in range(_RESORT_PASSES):
+        for s in range(p % 2, len(keys) - 1, 2):
+            swap = ds[s + 1] < ds[s]
+            ds[s], ds[s + 1] = jnp.where(swap, ds[s + 1], ds[s]), jnp.where(swap, ds[s], ds[s + 1])
+            keys[s], keys[s + 1] = (
+                jnp.where(swap, keys[s + 1], keys[s]),
+                jnp.where(swap, keys[s], keys[s + 1]),
+            )
+    for s in range(len(keys) - 1):
+        amb = amb | (ds[s + 1] < ds[s])
+    return tuple(jnp.where(key < _INF_KEY, key & low, -1) for key in keys[:k]), amb
+
+
+def _any(mask) -> jax.Array:
+    """Scalar bool: some lane of ``mask [BM]`` is set."""
+    return jnp.max(jnp.where(mask, 1, 0)) > 0
+
+
+def _store_lists(out_ref, agent, lists, k: int, m: int) -> None:
+    """Writes lane ``q``'s list (``k`` slots of ``[BM]`` int32, -1 = none) at
+    ``out[agent[q]·k + s]`` (the env's row-major ``[M, k]``); lanes with ``agent >= m``
+    (padding) write nothing."""
     keep = agent < m
     for s in range(k):
-        val = jnp.where(ld[s] < _INF, lj[s], -1)
-        pl_triton.store(out_ref.at[agent * k + s], val, mask=keep)
+        pl_triton.store(out_ref.at[agent * k + s], lists[s], mask=keep)
 
 
 def _check_batched_inputs(x, y, in_game, k) -> tuple[int, jax.Array, jax.Array, jax.Array]:
@@ -245,6 +352,7 @@ def nearest_k_brute_batched(
     num_stages: int | None = None,
     split_self_range: bool | None = None,
     interpret: bool | None = None,
+    packed_keys: bool | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """`nearest_k_batched` by the brute-force kernel (every pair; see the module doc).
 
@@ -261,6 +369,9 @@ def nearest_k_brute_batched(
       split_self_range: stream candidates in three loops so only the block's own range
         pays the ``j != i`` mask (default: compiled yes, interpret no; same results).
       interpret: Pallas interpret mode; ``None``: only when the default backend is CPU.
+      packed_keys: search with packed ``(distance, index)`` integer keys and ``k + 1``
+        slots, and exactly again where that result is ambiguous (see the module doc);
+        ``None``: when the indices fit in `PACKED_MAX_BITS` bits. Same results.
 
     Returns:
       ``idx [N, M, k]`` int32 and ``valid [N, M, k]`` bool, as `nearest_k` per env.
@@ -269,14 +380,14 @@ def nearest_k_brute_batched(
         _brute_lists(
             x, y, in_game, k, block_rows=block_rows, block_cols=block_cols,
             num_warps=num_warps, num_stages=num_stages, split_self_range=split_self_range,
-            interpret=interpret,
+            interpret=interpret, packed_keys=packed_keys,
         )
     )  # fmt: skip
 
 
 def _brute_lists(
     x, y, in_game, k, *, block_rows, block_cols, num_warps, num_stages, split_self_range,
-    interpret,
+    interpret, packed_keys=None,
 ) -> jax.Array:  # fmt: skip
     """The brute-force kernel's lists ``[N, M, k]`` int32, ``-1`` = none."""
     k, x, y, in_game = _check_batched_inputs(x, y, in_game, k)
@@ -293,7 +404,10 @@ def _brute_lists(
     xc = jnp.pad(jnp.where(in_game, x, _INF), ((0, 0), (0, mc - m)), constant_values=_INF)
     yc = jnp.pad(jnp.where(in_game, y, _INF), ((0, 0), (0, mc - m)), constant_values=_INF)
 
-    kernel = functools.partial(_nearest_k_kernel, k=k, bm=bm, unroll=u, mc=mc, split=split, m=m)
+    kernel = functools.partial(
+        _nearest_k_kernel, k=k, bm=bm, unroll=u, mc=mc, split=split, m=m,
+        key_bits=_key_bits(packed_keys, mc),
+    )  # fmt: skip
     out = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((n, m * k), jnp.int32),
@@ -558,7 +672,8 @@ def spatial_order(x: jax.Array, y: jax.Array) -> jax.Array:
 
 def _sorted_knn_kernel(
     cb_ref, xq_ref, yq_ref, qc_ref, xc_ref, yc_ref, oc_ref, bx0_ref, bx1_ref, by0_ref,
-    by1_ref, pq_ref, *out_refs, k, m, bm, bc, unroll, nb, nc, tie_check, stats, order, ncp,
+    by1_ref, pq_ref, xo_ref, yo_ref, *out_refs, k, m, bm, bc, unroll, nb, nc, tie_check,
+    stats, order, ncp, key_bits,
 ):  # fmt: skip
     """One env, ``BM`` consecutive sorted query rows (one per lane); chunk-pruned search.
 
@@ -568,7 +683,8 @@ def _sorted_knn_kernel(
     candidate position (``-1`` out of the game). ``xc/yc [MP]``: candidate positions,
     in-game agents in curve order then ``+inf``; ``oc [MP]`` int32: their original
     indices. ``bx0/bx1/by0/by1 [NC]``: each chunk's bounding box (``+inf/-inf`` when
-    empty). ``pq [BM]`` int32: each query's original index (``M`` for padding). Writes
+    empty). ``pq [BM]`` int32: each query's original index (``M`` for padding);
+    ``xo/yo [MP]``: positions by original index (the packed search's re-sort). Writes
     the queries' lists of original indices (``-1`` = none) at their original rows of the
     env's row-major ``out [M·k]`` and, with ``stats``, ``visits [BM]`` (chunk visits,
     every lane the same).
@@ -578,9 +694,13 @@ def _sorted_knn_kernel(
     bound (all chunks' bounds computed at once; the next is the nearest unvisited one),
     stopping at the first whose bound exceeds every lane's k-th distance.
 
-    ``tie_check``: search with the brute-force kernel's cheaper strict insertion and
-    ``k + 1`` slots (exact unless two of a lane's ``k + 1`` best distances are equal),
-    and search again with the ``(d, j)``-ordered insertion if some lane has such a tie.
+    ``key_bits`` (when not 0): search with packed keys (`_packed_insert`, the original
+    index in the low ``key_bits`` bits) and ``k + PACKED_EXTRA_SLOTS`` slots, re-sort
+    them exactly, and search again with the ``(d, j)``-ordered insertion if some lane's
+    result is still ambiguous (`_packed_lists`).
+    Otherwise ``tie_check``: search with the brute-force kernel's cheaper strict
+    insertion and ``k + 1`` slots (exact unless two of a lane's ``k + 1`` best distances
+    are equal), and search again with the ordered insertion if some lane has such a tie.
     """
     b = pl.program_id(1)
     xq = xq_ref[...]  # [BM]
@@ -612,13 +732,38 @@ def _sorted_knn_kernel(
             before = here
         return tuple(nd), tuple(nj)
 
-    def search(slots, lex):
-        """Per lane the ``slots`` best ``(d, j)``: ``(ld, lj)`` tuples of ``[BM]``, and the
-        number of chunks visited."""
+    def search(slots, mode):
+        """Per lane the ``slots`` best candidates and the number of chunks visited.
+        ``mode``: ``"lex"`` / ``"strict"`` (`insert` with or without ``lex``; lists
+        ``(ld, lj)``, tuples of ``[BM]``) or ``"packed"`` (`_packed_insert`; a tuple of
+        ``[BM]`` keys)."""
+        if mode == "packed":
+            low = (1 << key_bits) - 1
+
+            def ins(lists, d, j):
+                return _packed_insert(lists, d, j, key_bits)
+
+            def last(lists):  # [BM]: no listed key's distance is above this
+                key = lists[-1]
+                top = lax.bitcast_convert_type(key | low, jnp.float32)
+                return jnp.where(key >= _INF_KEY, _INF, top)
+
+            init = tuple(jnp.full((bm,), _EMPTY_KEY, jnp.int32) for _ in range(slots))
+        else:
+
+            def ins(lists, d, j):
+                return insert(*lists, d, j, mode == "lex")
+
+            def last(lists):
+                return lists[0][-1]
+
+            init = (
+                tuple(jnp.full((bm,), _INF, jnp.float32) for _ in range(slots)),
+                tuple(jnp.full((bm,), -1, jnp.int32) for _ in range(slots)),
+            )
 
         def visit(c, masked):
             def step(t, lists):
-                ld, lj = lists
                 for u in range(unroll):
                     p = c * bc + t * unroll + u  # candidate position
                     dx = xq - xc_ref[p]
@@ -626,13 +771,13 @@ def _sorted_knn_kernel(
                     d = dx * dx + dy * dy  # [BM]
                     if masked:  # the pair (i, i)
                         d = jnp.where(qc == p, _INF, d)
-                    ld, lj = insert(ld, lj, d, oc_ref[p], lex)
-                return ld, lj
+                    lists = ins(lists, d, oc_ref[p])
+                return lists
 
             def run(carry):
-                ld, lj, _, count = carry
-                ld, lj = lax.fori_loop(0, bc // unroll, step, (ld, lj))
-                return ld, lj, jnp.max(ld[-1]), count + 1
+                lists, _, count = carry
+                lists = lax.fori_loop(0, bc // unroll, step, lists)
+                return lists, jnp.max(last(lists)), count + 1
 
             return run
 
@@ -646,7 +791,7 @@ def _sorted_knn_kernel(
             gx = jnp.maximum(jnp.maximum(cx0 - qx1, qx0 - cx1), 0.0)
             gy = jnp.maximum(jnp.maximum(cy0 - qy1, qy0 - cy1), 0.0)
             bound = (gx * gx + gy * gy) * _SLACK
-            worst = carry[2]  # max over lanes of the last slot (+inf: a list not full)
+            worst = carry[1]  # max over lanes of the last slot (+inf: a list not full)
             # An empty chunk has bound +inf: skipped even while some list is not full.
             go = inside & (bound <= worst) & (bound < _INF)
             return lax.cond(go, lambda cr: per_lane(cs, masked, cr), lambda cr: cr, carry)
@@ -656,16 +801,11 @@ def _sorted_knn_kernel(
             cx0, cx1, cy0, cy1 = bx0_ref[c], bx1_ref[c], by0_ref[c], by1_ref[c]
             lx = jnp.maximum(jnp.maximum(cx0 - xq, xq - cx1), 0.0)
             ly = jnp.maximum(jnp.maximum(cy0 - yq, yq - cy1), 0.0)
-            need = (lx * lx + ly * ly) * _SLACK <= carry[0][-1]
+            need = (lx * lx + ly * ly) * _SLACK <= last(carry[0])
             any_need = jnp.max(jnp.where(need, 1, 0)) > 0
             return lax.cond(any_need, visit(c, masked), lambda cr: cr, carry)
 
-        carry = (
-            tuple(jnp.full((bm,), _INF, jnp.float32) for _ in range(slots)),
-            tuple(jnp.full((bm,), -1, jnp.int32) for _ in range(slots)),
-            jnp.float32(_INF),
-            jnp.int32(0),
-        )
+        carry = (init, jnp.float32(_INF), jnp.int32(0))
         # The block's own chunks first (the only ones needing the self mask; none when
         # the block has no in-game query), then outward along the curve: near
         # neighbours come early and make the bounds tight.
@@ -681,42 +821,64 @@ def _sorted_knn_kernel(
             bounds = jnp.where(skip, _INF, (gx * gx + gy * gy) * _SLACK)
 
             def more(state):  # the nearest unvisited box may still matter
-                return (state[2] < _INF) & (state[2] <= state[0][2])
+                return (state[2] < _INF) & (state[2] <= state[0][1])
 
             def nearest(state):
-                cr, bnd, low = state
-                c = jnp.min(jnp.where(bnd == low, ci, ncp))
+                cr, bnd, low_bound = state
+                c = jnp.min(jnp.where(bnd == low_bound, ci, ncp))
                 cr = per_lane(c, False, cr)
                 bnd = jnp.where(ci == c, _INF, bnd)
                 return cr, bnd, jnp.min(bnd)
 
             state = (carry, bounds, jnp.min(bounds))
-            ld, lj, _, count = lax.while_loop(more, nearest, state)[0]
-            return ld, lj, count
+            lists, _, count = lax.while_loop(more, nearest, state)[0]
+            return lists, count
 
         def outward(s, cr):
             cr = consider(own_hi + s, False, cr)
             return consider(own_lo - s, False, cr)
 
-        ld, lj, _, count = lax.fori_loop(1, steps + 1, outward, carry)
-        return ld, lj, count
+        lists, _, count = lax.fori_loop(1, steps + 1, outward, carry)
+        return lists, count
 
-    if tie_check:
-        ld, lj, count = search(k + 1, lex=False)
-        real = b * bm + lax.broadcasted_iota(jnp.int32, (bm,), 0) < m  # not padding
+    def indices(lists):  # ``k`` slots of [BM] int32, -1 = none
+        ld, lj = lists
+        return tuple(jnp.where(ld[s] < _INF, lj[s], -1) for s in range(k))
+
+    def exact():
+        lists, count = search(k, "lex")
+        return indices(lists), count
+
+    real = b * bm + lax.broadcasted_iota(jnp.int32, (bm,), 0) < m  # not padding
+    if key_bits:
+        keys, count = search(k + PACKED_EXTRA_SLOTS, "packed")
+
+        def dist(j):  # [BM] exact distances to the agents j [BM] (original indices)
+            dx = xq - xo_ref[j]
+            dy = yq - yo_ref[j]
+            return dx * dx + dy * dy
+
+        def again():
+            lists, count2 = exact()
+            return lists, count + count2
+
+        packed, amb = _packed_lists(keys, k, key_bits, dist)
+        lists, count = lax.cond(_any(amb & real), again, lambda: (packed, count))
+    elif tie_check:
+        (ld, lj), count = search(k + 1, "strict")
         tie = jnp.zeros((bm,), jnp.bool_)
         for s in range(k):
             tie = tie | ((ld[s] == ld[s + 1]) & (ld[s] < _INF))
         any_tie = jnp.max(jnp.where(tie & real, 1, 0)) > 0
 
-        def again():
-            ld2, lj2, count2 = search(k, lex=True)
-            return ld2, lj2, count + count2
+        def again_lex():
+            lists, count2 = exact()
+            return lists, count + count2
 
-        ld, lj, count = lax.cond(any_tie, again, lambda: (ld[:k], lj[:k], count))
+        lists, count = lax.cond(any_tie, again_lex, lambda: (indices((ld[:k], lj[:k])), count))
     else:
-        ld, lj, count = search(k, lex=True)
-    _store_lists(out_refs[0], pq_ref[...], ld, lj, k, m)
+        lists, count = exact()
+    _store_lists(out_refs[0], pq_ref[...], lists, k, m)
     if stats:
         out_refs[1][...] = jnp.full((bm,), count, jnp.int32)
 
@@ -773,7 +935,7 @@ def sorted_inputs(
 
 def _sorted_knn_call(
     x, y, in_game, k, *, bm, bc, u, tie_check, num_warps, num_stages, interpret, stats,
-    order,
+    order, packed_keys=None,
 ):  # fmt: skip
     """Prepare, then the kernel. Returns ``out [N, M, k]`` (-1 = none) and, with
     ``stats``, ``pairs [N]`` (pairs streamed over ``M²``)."""
@@ -794,6 +956,7 @@ def _sorted_knn_call(
         stats=stats,
         order=order,
         ncp=_next_pow2(nc),
+        key_bits=_key_bits(packed_keys, m),
     )
     # The kernel writes each list at its agent's row: no un-sorting pass afterwards.
     out_shape = [jax.ShapeDtypeStruct((n, m * k), jnp.int32)]
@@ -812,7 +975,8 @@ def _sorted_knn_call(
         + [query_spec] * 3
         + [cand_spec] * 3
         + [box_spec] * 4
-        + [query_spec],
+        + [query_spec]
+        + [cand_spec] * 2,
         out_specs=tuple(out_specs),
         compiler_params=_compiler_params(num_warps, num_stages, bm),
         # Typical: ~15% of the pairs at ~8 + 5(k+1) simple ops.
@@ -823,7 +987,12 @@ def _sorted_knn_call(
         ),
         interpret=interpret,
         name="tag_nearest_k_sorted",
-    )(*inputs, jnp.pad(perm, ((0, 0), (0, mp - m)), constant_values=m))
+    )(
+        *inputs,
+        jnp.pad(perm, ((0, 0), (0, mp - m)), constant_values=m),
+        jnp.pad(x, ((0, 0), (0, mp - m))),
+        jnp.pad(y, ((0, 0), (0, mp - m))),
+    )
     out = outs[0].reshape(n, m, k)  # agent order
     if stats:
         visits = jnp.sum(outs[1][:, ::bm], axis=1).astype(jnp.float32)  # [N]
@@ -845,6 +1014,7 @@ def nearest_k_sorted_batched(
     num_stages: int | None = None,
     interpret: bool | None = None,
     chunk_order: str | None = None,
+    packed_keys: bool | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """`nearest_k_batched` by an exact, spatially pruned search (fast for large ``M``).
 
@@ -913,6 +1083,9 @@ def nearest_k_sorted_batched(
         (outward along the curve, each tested against the block's current bound) or
         ``"best"`` (nearest box first, stopping at the first too far for every lane);
         ``None``: `CHUNK_ORDER`. Same results.
+      packed_keys: as `nearest_k_brute_batched` (the packed keys hold original indices;
+        an ambiguous block is searched again with the ordered insertion, and
+        ``tie_check`` then does not apply). Same results.
 
     Returns:
       ``idx [N, M, k]`` int32 and ``valid [N, M, k]`` bool, as `nearest_k` per env.
@@ -921,7 +1094,7 @@ def nearest_k_sorted_batched(
         x, y, in_game, k,
         block_rows=block_rows, chunk_size=chunk_size, block_cols=block_cols,
         tie_check=tie_check, num_warps=num_warps, num_stages=num_stages,
-        interpret=interpret, stats=False, chunk_order=chunk_order,
+        interpret=interpret, stats=False, chunk_order=chunk_order, packed_keys=packed_keys,
     )  # fmt: skip
     return _finish(out)
 
@@ -958,7 +1131,7 @@ def _finish(out: jax.Array) -> tuple[jax.Array, jax.Array]:
 def _sorted_search(
     x, y, in_game, k, *, block_rows=None, chunk_size=None, block_cols=None,
     tie_check=True, num_warps=None, num_stages=None, interpret=None, stats=False,
-    chunk_order=None,
+    chunk_order=None, packed_keys=None,
 ):  # fmt: skip
     k, x, y, in_game = _check_batched_inputs(x, y, in_game, k)
     order = CHUNK_ORDER if chunk_order is None else chunk_order
@@ -975,6 +1148,7 @@ def _sorted_search(
     return _sorted_knn_call(
         x, y, in_game, k, bm=bm, bc=bc, u=u, tie_check=bool(tie_check), num_warps=num_warps,
         num_stages=num_stages, interpret=interpret, stats=stats, order=order,
+        packed_keys=packed_keys,
     )  # fmt: skip
 
 

@@ -18,8 +18,10 @@ over ``M²`` on the uniform state (`kernels.sorted_search_stats`); ``check``: ``
 each only where the two picks are within 1e-5 relative in distance: FMA contraction
 can differ between the two kernels), or ``MISMATCH(n)``.
 
-Configurations ``--configs`` are ``BM:BC:U:T`` (query rows per program, candidates per
-chunk, unroll, tie_check 1/0; ``U = 0`` takes the default). ``--tiny`` runs small sizes
+Configurations ``--configs`` are ``BM:BC:U:T[:O[:P]]`` (query rows per program,
+candidates per chunk, unroll, tie_check 1/0, chunk order 0 curve / 1 best-first,
+packed keys 0/1; ``U = 0`` and absent fields take the defaults); ``--brute_configs``
+are ``BM:U:W[:P]`` (rows, unroll, warps, packed keys; 0: default block). ``--tiny`` runs small sizes
 (CPU: interpret mode) as a smoke test.
 """
 
@@ -48,14 +50,14 @@ def define_flags() -> None:
     flags.DEFINE_list(
         "configs",
         ["32:16:8:1", "32:8:8:1", "32:32:8:1", "64:16:8:1", "32:16:8:0"],
-        "sorted-search configurations BM:BC:U:tie_check[:order] (U = 0: default; order 0"
-        " curve, 1 best-first)",
+        "sorted-search configurations BM:BC:U:tie_check[:order[:packed]] (U = 0: default;"
+        " order 0 curve, 1 best-first; packed 0 exact insertion, 1 packed keys)",
     )
     flags.DEFINE_list(
         "brute_configs",
         [],
-        "other brute-force kernel blocks BM:U:W (query rows, unroll, warps; 0: default), "
-        "timed and checked against the default one, e.g. 64:8:2,128:8:4,32:16:1",
+        "other brute-force kernel blocks BM:U:W[:P] (query rows, unroll, warps; 0: default;"
+        " P packed keys 0/1), timed and checked against the default one, e.g. 32:8:1:0",
     )
     flags.DEFINE_integer("k", 10, "neighbours per agent")
     flags.DEFINE_float("grid_length", 20.0, "side L of the square the agents live in")
@@ -71,14 +73,16 @@ _TINY_CONFIGS = ["32:16:0:1", "32:8:0:0"]
 
 
 def parse_configs(specs: list[str]) -> list[dict[str, Any]]:
-    """``["BM:BC:U:T[:O]", ...]`` -> keyword options of `kernels.nearest_k_sorted_batched`
-    (``O``: chunk order, 0 ``"curve"``, 1 ``"best"``; default `kernels.CHUNK_ORDER`)."""
+    """``["BM:BC:U:T[:O[:P]]", ...]`` -> keyword options of
+    `kernels.nearest_k_sorted_batched` (``O``: chunk order, 0 ``"curve"``, 1 ``"best"``;
+    default `kernels.CHUNK_ORDER`; ``P``: packed keys 0/1, default automatic)."""
     out = []
     for spec in specs:
         vals = [int(v) for v in spec.split(":")]
         bm, bc, u, t = vals[:4]
         opts = dict(block_rows=bm, chunk_size=bc, block_cols=u or None, tie_check=bool(t))
         opts["chunk_order"] = kernels.CHUNK_ORDERS[vals[4]] if len(vals) > 4 else None
+        opts["packed_keys"] = bool(vals[5]) if len(vals) > 5 else None
         out.append(opts)
     return out
 
@@ -184,13 +188,14 @@ def main(argv: list[str]) -> None:
         print(f"{row} {brute_ms:>9.3f} {1.0:>8.2f} {1.0:>6.3f}  {verdict}", flush=True)
 
         for spec in FLAGS.brute_configs:  # other blocks of the brute-force kernel
-            bm, u, w = (int(v) for v in spec.split(":"))
+            bm, u, w, *p = (int(v) for v in spec.split(":"))
             fn = functools.partial(
-                kernels.nearest_k_brute_batched, k=k, block_rows=bm, block_cols=u or None,
-                num_warps=w or None,
+                kernels.nearest_k_brute_batched, k=k, block_rows=bm or None, block_cols=u or None,
+                num_warps=w or None, packed_keys=bool(p[0]) if p else None,
             )  # fmt: skip
             ms, verdict = _time_and_check(fn, args, repeats, check_states, brute_out)
-            row = f"{n:>6} {m:>6} {'brute w' + str(w or '-'):<12} {bm:>4} {'':>4} {u:>3} {'':>4}"
+            name = f"brute w{w or '-'}" + (f" p{p[0]}" if p else "")
+            row = f"{n:>6} {m:>6} {name:<12} {bm:>4} {'':>4} {u:>3} {'':>4}"
             print(f"{row} {ms:>9.3f} {brute_ms / ms:>8.2f} {1.0:>6.3f}  {verdict}", flush=True)
 
         for i, opts in enumerate(configs):
@@ -204,6 +209,8 @@ def main(argv: list[str]) -> None:
                 pairs = float(jnp.mean(stats_fn(*args)[2]))
             u = opts["block_cols"] or 0
             name = "sorted" if opts["chunk_order"] is None else f"sorted-{opts['chunk_order']}"
+            if opts["packed_keys"] is not None:
+                name += f" p{int(opts['packed_keys'])}"
             row = f"{n:>6} {m:>6} {name:<12} {opts['block_rows']:>4} "
             row += f"{opts['chunk_size']:>4} {u:>3} {int(opts['tie_check']):>4}"
             print(f"{row} {ms:>9.3f} {brute_ms / ms:>8.2f} {pairs:>6.3f}  {verdict}", flush=True)
