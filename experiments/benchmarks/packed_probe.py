@@ -10,7 +10,9 @@ ties, which cost the packed search re-sorts and re-searches). Each measurement i
 ``--inner`` calls in one `lax.scan` (each call's input depends on the previous output,
 so nothing is hoisted; no host round trip between calls), median of ``--repeats``, per
 call; the variants run interleaved twice in one process. ``equal`` says whether the
-packed and exact lists agree on that state.
+packed and exact lists agree on that state. ``--extra_slots`` and ``--brute_blocks``
+add packed rows for other `kernels.PACKED_EXTRA_SLOTS` values and brute-force blocks
+(``BM:warps``), timed between the two exact rows.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ def define_flags() -> None:
     flags.DEFINE_integer("inner", 50, "calls per timed scan")
     flags.DEFINE_integer("repeats", 7, "timed scans (median reported)")
     flags.DEFINE_integer("brute_max_agents", 200, "brute force on env states up to this M")
+    flags.DEFINE_list("extra_slots", [], "other PACKED_EXTRA_SLOTS values to time (packed)")
+    flags.DEFINE_list("brute_blocks", [], "other brute-force blocks BM:warps to time (packed)")
     flags.DEFINE_bool("tiny", False, "tiny sizes (CPU smoke test)")
 
 
@@ -129,16 +133,26 @@ def main(argv: list[str]) -> None:
                 )
                 times: dict[str, list[float]] = {}
                 outs = {}
+                default_extra = kernels.PACKED_EXTRA_SLOTS
+                runs = [(v, {}, default_extra) for v in VARIANTS[:3]]
+                for e in FLAGS.extra_slots:
+                    runs.append((f"extra={e}", {}, int(e)))
+                for blk in FLAGS.brute_blocks if method == "brute" else []:
+                    bm, w = (int(v) for v in blk.split(":"))
+                    runs.append((f"BM={bm},w={w}", dict(block_rows=bm, num_warps=w), default_extra))
+                runs += [(v, {}, default_extra) for v in VARIANTS[3:]]
                 try:
-                    for var in VARIANTS:
+                    for var, opts, extra in runs:
                         kernels._packed_lists = _no_resolve if var == "no-resolve" else resolve
-                        fn = functools.partial(base, k=FLAGS.k, packed_keys=var != "exact")
+                        kernels.PACKED_EXTRA_SLOTS = extra
+                        fn = functools.partial(base, k=FLAGS.k, packed_keys=var != "exact", **opts)
                         t = _median_s(looped(fn, inner), args, repeats)
                         times.setdefault(var, []).append(1e6 * t / inner)
-                        if var != "no-resolve" and var not in outs:
+                        if var in ("exact", "packed") and var not in outs:
                             outs[var] = jax.jit(fn)(*args)
                 finally:
                     kernels._packed_lists = resolve
+                    kernels.PACKED_EXTRA_SLOTS = default_extra
                 equal = all(
                     bool(jnp.array_equal(a, b))
                     for a, b in zip(outs["exact"], outs["packed"], strict=True)
