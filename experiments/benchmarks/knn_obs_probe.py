@@ -377,8 +377,10 @@ def probe(
                     rec = record(kind="asm", form=form, variant=variant, num_warps=w)
                     rec.update(base, floor_us=1e6 * floor_s, **{option: b})
 
-                    def run_asm(env=env, params=params, rec=rec, opts={option: b, "num_warps": w}):
-                        sec, last = time_assembly(env, params, state0, steps, repeats, **opts)
+                    def run_asm(
+                        env=env, params=params, rec=rec, opts=((option, b), ("num_warps", w))
+                    ):
+                        sec, last = time_assembly(env, params, state0, steps, repeats, **dict(opts))
                         _asm(rec, sec, obs_bytes, floor_s)
                         rec["asm_check"] = compare(ref_obs["obs"], last)
 
