@@ -100,6 +100,7 @@ from jax.experimental.pallas import triton as pl_triton
 __all__ = [
     "CHUNK_ORDER",
     "CHUNK_ORDERS",
+    "CHUNK_SIZE",
     "PACKED_EXTRA_SLOTS",
     "PACKED_MAX_BITS",
     "SORTED_MIN_AGENTS",
@@ -610,6 +611,8 @@ SORTED_MIN_AGENTS = 256
 #: curve, 1.78–1.80 ms best, interleaved in one process).
 CHUNK_ORDERS = ("curve", "best")
 CHUNK_ORDER = "best"
+#: The sorted search's default candidates per chunk ``BC`` (capped at ``next_pow2(M)``).
+CHUNK_SIZE = 16
 
 #: Bits per axis of the quantised positions whose Hilbert index orders the agents.
 _HILBERT_BITS = 15
@@ -1073,7 +1076,7 @@ def nearest_k_sorted_batched(
       block_rows: query rows per program ``BM``, one per lane (power of two; default
         ``min(32, next_pow2(M))``).
       chunk_size: candidates per chunk ``BC`` (power of two; default
-        ``min(16, next_pow2(M))``).
+        ``min(CHUNK_SIZE, next_pow2(M))``).
       block_cols: candidates per unrolled loop step ``U`` inside a chunk (power of two,
         at most ``BC``; default ``min(8, BC)`` compiled, 1 in interpret mode).
       tie_check: strict insertion with a tie check and an ordered re-search (see
@@ -1140,7 +1143,9 @@ def _sorted_search(
     m = x.shape[1]
     interpret = _resolve_interpret(interpret)
     bm = _check_block("block_rows", min(32, _next_pow2(m)) if block_rows is None else block_rows)
-    bc = _check_block("chunk_size", min(16, _next_pow2(m)) if chunk_size is None else chunk_size)
+    bc = _check_block(
+        "chunk_size", min(CHUNK_SIZE, _next_pow2(m)) if chunk_size is None else chunk_size
+    )
     default_u = 1 if interpret else min(8, bc)
     u = _check_block("block_cols", default_u if block_cols is None else block_cols)
     if u > bc:
