@@ -142,3 +142,34 @@ def test_train_suite_dense_impl_applies_to_bfloat16_tag_policies(monkeypatch):
     assert [r["dense_impl"] for r in recs] == [["pallas"], ["xla"]]
     assert [r["head_impl"] for r in recs] == ["pallas", "pallas"]
     assert all(r["env_steps_per_s"] > 0 for r in recs)
+
+
+def test_env_ab_probe_tiny(tmp_path):
+    """`env_ab_probe` times its variants in interleaved rounds, finds their observations
+    equal (the writer forms and chunk sizes compute the same function), restores the
+    kernels' module defaults, and rejects malformed variants."""
+    import pytest
+
+    from environments.tag_continuous import kernels
+    from experiments.benchmarks import env_ab_probe
+
+    assert env_ab_probe.parse_variant("pallas:8") == ("pallas", 8, kernels.BRUTE_UNROLL)
+    assert env_ab_probe.parse_variant("xla:16:4") == ("xla", 16, 4)
+    for bad in ("pallas", "rows:8", "pallas:6", "pallas:8:3", "pallas:x"):
+        with pytest.raises(ValueError, match="variant must be|power of two"):
+            env_ab_probe.parse_variant(bad)
+    with pytest.raises(ValueError, match="rounds"):
+        env_ab_probe.probe([(2, 1, 3)], [("xla", 8, 8)], 2, 0, 1, 1, 0)
+    defaults = kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL
+    out = tmp_path / "ab.jsonl"
+    # 300 agents: the sorted search (M >= 256), so the chunk size is exercised.
+    recs = env_ab_probe.probe(
+        [(1, 2, 298)], [("xla", 16, 8), ("pallas", 4, 2)], 2, 2, 2, 1, 2, str(out)
+    )
+    assert (kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL) == defaults
+    assert [(r["knn_obs_impl"], r["chunk_size"], r["round"]) for r in recs] == [
+        ("xla", 16, 1), ("pallas", 4, 1), ("xla", 16, 2), ("pallas", 4, 2)
+    ]  # fmt: skip
+    assert recs[1]["check"]["differ"] == 0
+    assert all(r["ms_per_step"] > 0 for r in recs)
+    assert len(out.read_text().splitlines()) == 4

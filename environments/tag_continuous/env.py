@@ -35,8 +35,6 @@ _EPS = np.float32(1e-10)
 _SQRT2 = np.float32(np.sqrt(2.0))
 _IMPLS = ("auto", "jax", "pallas")
 _STEP_IMPLS = ("auto", "xla", "pallas")
-#: The `knn_obs` forms that are Pallas kernels (they read the searches' own lists).
-_KERNEL_FORMS = ("pallas", "rows")
 _KERNELS = "environments.tag_continuous.kernels"
 
 
@@ -189,11 +187,9 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
       knn_obs_impl: how the partial (k-nearest) observation is assembled from the
         neighbour lists: ``"auto"`` (the default: ``"pallas"`` on GPU when the searches
         are the Pallas kernels, else ``"xla"``), ``"xla"`` (the original
-        gather/transpose/concatenate form), ``"pallas"`` (a kernel writing each group's
-        rows once in their final layout, one element per lane,
-        `environments.tag_continuous.knn_obs`; interpret mode off GPU) or ``"rows"`` (the
-        same values from ``(row, slot)`` tiles: one vector load per neighbour,
-        `knn_obs.knn_obs_rows`). Same values bit for bit on the CPU (tests); on an H200
+        gather/transpose/concatenate form) or ``"pallas"`` (a kernel writing each group's
+        rows once in their final layout, `environments.tag_continuous.knn_obs`;
+        interpret mode off GPU). Same values bit for bit on the CPU (tests); on an H200
         equal with constant params and within one float32 ulp with traced ones
         (`experiments.benchmarks.knn_obs_probe`); H200 steps 0.144 → 0.124 ms at
         1000 × (10+100) and 2.84 → 2.08 ms at 2000 × (5+995), k = 10. Ignored for full
@@ -501,7 +497,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         `kernels.nearest_k_lists`)."""
         search, kw = self._search_module()
         k = self.num_other_agents_observed
-        if search is not neighbors and self._resolved_knn_obs_impl() in _KERNEL_FORMS:
+        if search is not neighbors and self._resolved_knn_obs_impl() == "pallas":
             return search.nearest_k_lists(state.x, state.y, state.in_game, k, **kw), None
         return search.nearest_k(state.x, state.y, state.in_game, k, **kw)
 
@@ -533,10 +529,10 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         kernel launch).
         """
         form = self._resolved_knn_obs_impl()
-        if form in _KERNEL_FORMS and alone and len(rows) * self.num_other_agents_observed == 1:
+        if form == "pallas" and alone and len(rows) * self.num_other_agents_observed == 1:
             form = "xla"
         kw = {}
-        if form in _KERNEL_FORMS:
+        if form == "pallas":
             constant = _concrete(params.grid_length) and _concrete(params.max_speed)
             kw["reciprocal"] = full_obs.reference_uses_reciprocal(constant)
             kw["interpret"] = jax.default_backend() != "gpu"
@@ -593,7 +589,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             # one-pass forms (`full_obs`): each group's rows directly, any ids.
             return {g: self._observe_full(state, params, i) for g, i in ids.items()}
         elif not self.use_full_observation and (
-            contiguous or self._resolved_knn_obs_impl() in _KERNEL_FORMS
+            contiguous or self._resolved_knn_obs_impl() == "pallas"
         ):
             # k-nearest with contiguous groups (the default) or the Pallas form: one search,
             # then each group's rows directly (measured faster on an H200; for full

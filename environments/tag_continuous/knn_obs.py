@@ -77,22 +77,18 @@ from environments.tag_continuous.full_obs import (
 
 __all__ = [
     "DEFAULT_BLOCK",
-    "DEFAULT_PAIRS",
     "IMPLS",
     "knn_obs",
     "knn_obs_pallas",
-    "knn_obs_rows",
     "knn_obs_xla",
     "obs_size",
     "with_valid",
 ]
 
 #: The implementations `knn_obs` dispatches to.
-IMPLS = ("xla", "pallas", "rows")
+IMPLS = ("xla", "pallas")
 #: Default output elements per Pallas program (capped at the next power of two of ``n·D``).
 DEFAULT_BLOCK = 1024
-#: Default ``(row, slot)`` pairs per program of the ``"rows"`` kernel (`knn_obs_rows`).
-DEFAULT_PAIRS = 512
 
 _RELATIVE = np.array([1] * NUM_RELATIVE + [0] * (NUM_FEATURES - NUM_RELATIVE), np.float32)
 
@@ -323,127 +319,6 @@ def knn_obs_pallas(
     return out.reshape(n, d)
 
 
-def _knn_rows_kernel(
-    table_ref, code_ref, scale_ref, time_ref, *refs, m, k, n, lo, rows, pairs, reciprocal,
-    raw, interpret,
-):  # fmt: skip
-    """``RB = rows`` consecutive observation rows of one env, as ``[P, 8]`` tiles.
-
-    Lane pair ``p < RB·k`` is row ``r0 + p // k``, slot ``s = p % k``; its neighbour's
-    8 table floats (`_agent_major`: one 32-byte sector) are one vector load, its 7
-    features land at columns ``f·k + s`` and, for ``s = 0``, the 8th lane (in-game)
-    writes the time column ``7k``. Refs as `_knn_obs_kernel`'s.
-    """
-    if lo is None:
-        ids_ref, out_ref = refs
-    else:
-        (out_ref,) = refs
-    d = obs_size(k)
-    p = lax.broadcasted_iota(jnp.int32, (pairs,), 0)  # [P]
-    rl = lax.div(p, jnp.int32(k))  # local row (non-negative: truncation = floor)
-    s = p - rl * k  # slot
-    rr = pl.program_id(0) * rows + rl  # row of the output
-    inside = (rl < rows) & (rr < n)  # [P]
-    rc = jnp.minimum(rr, n - 1)
-    i = ids_ref[rc] if lo is None else rc + lo  # [P] the observing agent
-    code = code_ref[i * k + s]  # [P]
-    ok = code >= 0
-    pad = i if raw else -1 - code  # an empty slot's idx (the masked value's sign of zero)
-    j = jnp.clip(jnp.where(ok, code, pad), 0, m - 1)  # [P] the neighbour
-    g_own = table_ref[i * _ROW + NUM_FEATURES]  # [P]
-    mask = jnp.where(ok, g_own, jnp.float32(0.0))  # valid & in_game[i], as 1.0 / 0.0
-    f = lax.broadcasted_iota(jnp.int32, (1, _ROW), 1)  # [1, 8] feature (7: in-game)
-    fc = jnp.minimum(f, NUM_FEATURES - 1)
-    other = table_ref[j[:, None] * _ROW + f]  # [P, 8]
-    own = table_ref[i[:, None] * _ROW + f]  # [P, 8]
-    sc = scale_ref[fc]  # [1, 8]
-    rel = (f < NUM_RELATIVE).astype(jnp.float32)
-    diff = other - own * rel
-    if reciprocal:
-        q = diff * sc
-    elif interpret:
-        q = diff / sc
-    else:
-        q = _div_rn(diff, jnp.broadcast_to(sc, diff.shape))
-    val = jnp.where(f == NUM_FEATURES, time_ref[0] * g_own[:, None], q * mask[:, None])
-    keep = inside[:, None] & ((f < NUM_FEATURES) | (s[:, None] == 0))
-    # Masked lanes point past the end: on GPU they store nothing; in interpret mode a
-    # masked store writes the old value back, which must not land on a written element.
-    at = jnp.where(keep, rc[:, None] * d + f * k + s[:, None], n * d)
-    pl_triton.store(out_ref.at[at], val, mask=keep)
-
-
-def knn_obs_rows(
-    feats: jax.Array,
-    idx: jax.Array,
-    valid: jax.Array | None,
-    rows: Sequence[int],
-    scale: jax.Array,
-    in_game: jax.Array,
-    time: jax.Array,
-    *,
-    reciprocal: bool | None = None,
-    pairs: int | None = None,
-    num_warps: int | None = None,
-    interpret: bool | None = None,
-) -> jax.Array:
-    """The row-tile Pallas (Triton) kernel: ``[n, 7k+1]`` float32, the values of
-    `knn_obs_pallas`, written once in their final layout.
-
-    Where `knn_obs_pallas` computes each output element on its own lane (five gathers
-    and two integer divisions per element), this kernel gives each ``(row, slot)`` pair
-    one lane group: the neighbour's whole agent-major table row (7 features and
-    in-game, 32 bytes) is one vector load, the observer's own row another, and the
-    pair's 7 values go to columns ``f·k + s``. A program covers ``RB = P // k`` rows.
-
-    Arguments as `knn_obs_pallas`, and:
-      pairs: ``(row, slot)`` pairs per program ``P``, a power of two ``>= k`` (default
-        `DEFAULT_PAIRS`, capped at the next power of two of ``n·k``); grid
-        ``ceil(n / RB)`` per env (Pallas prepends the env axis under `jax.vmap`).
-      num_warps: Triton warps (default ``max(1, min(4, P // 64))``).
-    """
-    m, k = _check(feats, idx, valid, scale, in_game)
-    ids, lo = _row_ids(rows, m)
-    n, d = ids.size, obs_size(k)
-    interpret = jax.default_backend() == "cpu" if interpret is None else bool(interpret)
-    default = max(_next_pow2(k), min(DEFAULT_PAIRS, _next_pow2(n * k)))
-    pairs = _check_block("pairs", default if pairs is None else pairs)
-    if pairs < k:
-        raise ValueError(f"pairs must be >= k = {k} (one row per program at least), got {pairs}")
-    rows_per = pairs // k
-    warps = max(1, min(4, pairs // 64)) if num_warps is None else int(num_warps)
-    reciprocal = reference_uses_reciprocal(False) if reciprocal is None else bool(reciprocal)
-    scale = scale.astype(jnp.float32)
-    if reciprocal:
-        scale = jnp.float32(1.0) / scale
-    args = [
-        _agent_major(feats, in_game),
-        _encode(idx, valid),
-        scale,
-        jnp.reshape(time, (1,)).astype(jnp.float32),
-    ]
-    if lo is None:
-        args.append(jnp.asarray(ids))
-    kernel = functools.partial(
-        _knn_rows_kernel, m=m, k=k, n=n, lo=lo, rows=rows_per, pairs=pairs,
-        reciprocal=reciprocal, raw=valid is None, interpret=interpret,
-    )  # fmt: skip
-    out = pl.pallas_call(
-        kernel,
-        out_shape=jax.ShapeDtypeStruct((n * d,), jnp.float32),
-        grid=(pl.cdiv(n, rows_per),),
-        compiler_params=pl_triton.CompilerParams(num_warps=warps, num_stages=1),
-        cost_estimate=pl.CostEstimate(
-            flops=int(5 * n * d),
-            transcendentals=0,
-            bytes_accessed=int(4 * (n * d + n * k + _ROW * m + 8)),
-        ),
-        interpret=interpret,
-        name="tag_knn_rows",
-    )(*args)
-    return out.reshape(n, d)
-
-
 # ------------------------------------------------------------------------------- dispatch
 def knn_obs(
     impl: str,
@@ -462,6 +337,4 @@ def knn_obs(
         return knn_obs_xla(feats, idx, valid, rows, scale, in_game, time)
     if impl == "pallas":
         return knn_obs_pallas(feats, idx, valid, rows, scale, in_game, time, **kwargs)
-    if impl == "rows":
-        return knn_obs_rows(feats, idx, valid, rows, scale, in_game, time, **kwargs)
     raise ValueError(f"knn_obs impl must be one of {IMPLS}, got {impl!r}")

@@ -1,13 +1,14 @@
 """Env-only A/B probe: Tag env steps under several kernel settings, interleaved.
 
-``python -m experiments.benchmarks.env_ab_probe --variants=pallas:16,rows:16,rows:8``
+``python -m experiments.benchmarks.env_ab_probe --variants=pallas:16,pallas:8,xla:8``
 times the suite's env-only figure (`experiments.benchmarks.timing.time_env_steps`: a
 scan of ``--num_steps`` vmapped steps with random actions, auto-reset, compile
 excluded, median of ``--repeats`` calls; both flags are `experiments.benchmarks.run`'s)
 for each config (``--configs``, envs x taggers+runners, WarpDrive's Tag settings,
 partial observation of ``--k`` neighbours, the Pallas searches) and each variant
-``knn_obs_impl:chunk_size``: the env's observation writer, and `kernels.CHUNK_SIZE`
-(the sorted search's candidates per chunk) set while that variant is traced. The
+``knn_obs_impl:chunk_size[:brute_unroll]``: the env's observation writer, and
+`kernels.CHUNK_SIZE` (the sorted search's candidates per chunk) and
+`kernels.BRUTE_UNROLL` (the brute-force kernel's unroll) set while it is traced. The
 variants run in turn ``--rounds`` times, so drift over time shows as the spread of one
 variant's rounds, not as a difference between variants. Before timing, each variant's
 observations after ``--check_steps`` random steps are compared with the first
@@ -44,7 +45,9 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
     """The probe's flags (defined only when run as a program)."""
     flags.DEFINE_list("configs", ["2000x5+995", "1000x10+100"], "envs x taggers+runners")
-    flags.DEFINE_list("variants", ["pallas:16", "rows:16", "rows:8"], "knn_obs_impl:chunk_size")
+    flags.DEFINE_list(
+        "variants", ["pallas:16", "pallas:8"], "knn_obs_impl:chunk_size[:brute_unroll]"
+    )
     flags.DEFINE_integer("k", 10, "neighbours observed")
     flags.DEFINE_integer("rounds", 2, "times each variant is timed, in turn")
     flags.DEFINE_integer("check_steps", 20, "random steps before the equality check")
@@ -52,18 +55,21 @@ def define_flags() -> None:
     flags.DEFINE_bool("tiny", False, "tiny sizes (CPU smoke test)")
 
 
-def parse_variant(text: str) -> tuple[str, int]:
-    """``"rows:8"`` -> ``("rows", 8)``."""
-    m = re.fullmatch(r"\s*(\w+)\s*:\s*(\d+)\s*", text)
+def parse_variant(text: str) -> tuple[str, int, int]:
+    """``"pallas:8"`` -> ``("pallas", 8, BRUTE_UNROLL)``; ``"pallas:8:16"`` -> ``("pallas",
+    8, 16)`` (``knn_obs_impl:chunk_size[:brute_unroll]``)."""
+    m = re.fullmatch(r"\s*(\w+)\s*:\s*(\d+)\s*(?::\s*(\d+)\s*)?", text)
     if not m or m.group(1) not in ("auto", *knn_obs.IMPLS):
         raise ValueError(
-            f"variant must be knn_obs_impl:chunk_size with knn_obs_impl in "
+            f"variant must be knn_obs_impl:chunk_size[:brute_unroll] with knn_obs_impl in "
             f"{('auto', *knn_obs.IMPLS)}, got {text!r}"
         )
     chunk = int(m.group(2))
-    if chunk < 1 or chunk & (chunk - 1):
-        raise ValueError(f"chunk_size must be a power of two >= 1, got {chunk} in {text!r}")
-    return m.group(1), chunk
+    unroll = int(m.group(3)) if m.group(3) else kernels.BRUTE_UNROLL
+    for name, v in (("chunk_size", chunk), ("brute_unroll", unroll)):
+        if v < 1 or v & (v - 1):
+            raise ValueError(f"{name} must be a power of two >= 1, got {v} in {text!r}")
+    return m.group(1), chunk, unroll
 
 
 def _parse_config(text: str) -> tuple[int, int, int]:
@@ -98,20 +104,25 @@ def _observations_after(env, params, n: int, steps: int) -> dict[str, jax.Array]
 
 
 def run_variant(
-    n: int, t: int, r: int, k: int, form: str, chunk: int, num_steps: int, repeats: int,
-    check_steps: int = 0,
+    n: int, t: int, r: int, k: int, form: str, chunk: int, unroll: int, num_steps: int,
+    repeats: int, check_steps: int = 0,
 ) -> tuple[dict[str, Any], dict[str, jax.Array] | None]:  # fmt: skip
-    """Times one variant (``kernels.CHUNK_SIZE = chunk`` while it is traced); returns the
-    timing record and, with ``check_steps``, the observations to compare."""
-    saved = kernels.CHUNK_SIZE
-    kernels.CHUNK_SIZE = chunk
+    """Times one variant (``kernels.CHUNK_SIZE = chunk``, ``kernels.BRUTE_UNROLL =
+    unroll`` while it is traced); returns the timing record and, with ``check_steps``,
+    the observations to compare."""
+    saved = kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL
+    kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL = chunk, unroll
     try:
         env, params = _env(t, r, k, form)
         obs = _observations_after(env, params, n, check_steps) if check_steps else None
         rec = time_env_steps(env, params, n, num_steps, repeats)
     finally:
-        kernels.CHUNK_SIZE = saved
+        kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL = saved
     return rec, obs
+
+
+def _name(form: str, chunk: int, unroll: int) -> str:
+    return f"{form}:{chunk}:{unroll}"
 
 
 def _compare(a: dict[str, jax.Array], b: dict[str, jax.Array]) -> dict[str, Any]:
@@ -123,7 +134,7 @@ def _compare(a: dict[str, jax.Array], b: dict[str, jax.Array]) -> dict[str, Any]
 
 def probe(
     configs: list[tuple[int, int, int]],
-    variants: list[tuple[str, int]],
+    variants: list[tuple[str, int, int]],
     k: int,
     rounds: int,
     num_steps: int,
@@ -146,12 +157,12 @@ def probe(
         ref = None
         print(f"\n== {n} envs x ({t}+{r}), {num_steps} steps per call, median of {repeats}")
         for rnd in range(1, rounds + 1):
-            for form, chunk in variants:
+            for form, chunk, unroll in variants:
                 steps = check_steps if rnd == 1 else 0
-                tr, obs = run_variant(n, t, r, k, form, chunk, num_steps, repeats, steps)
+                tr, obs = run_variant(n, t, r, k, form, chunk, unroll, num_steps, repeats, steps)
                 rec = dict(
                     bench="tag_env_ab", num_envs=n, num_taggers=t, num_runners=r, k=k,
-                    knn_obs_impl=form, chunk_size=chunk, round=rnd,
+                    knn_obs_impl=form, chunk_size=chunk, brute_unroll=unroll, round=rnd,
                     ms_per_step=tr["ms_per_batch_step"], env_steps_per_s=tr["env_steps_per_s"],
                     compile_s=tr["compile_s"], **info,
                 )  # fmt: skip
@@ -168,22 +179,23 @@ def probe(
                     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
                     with open(out, "a", encoding="utf8") as fp:
                         fp.write(json.dumps(rec, default=str) + "\n")
+                name = _name(form, chunk, unroll)
                 print(
-                    f"{form + ':' + str(chunk):<12} round {rnd}  {rec['ms_per_step']:.4f} ms/step "
+                    f"{name:<14} round {rnd}  {rec['ms_per_step']:.4f} ms/step "
                     f"{rec['env_steps_per_s']:>14,.0f} env steps/s  {check}",
                     flush=True,
                 )
         print("summary (median over rounds):")
         base = None
-        for form, chunk in variants:
+        for form, chunk, unroll in variants:
             ms = statistics.median(
                 x["ms_per_step"]
                 for x in records
                 if x["num_envs"] == n and x["num_runners"] == r and x["knn_obs_impl"] == form
-                and x["chunk_size"] == chunk
+                and x["chunk_size"] == chunk and x["brute_unroll"] == unroll
             )  # fmt: skip
             base = base or ms
-            print(f"  {form + ':' + str(chunk):<12} {ms:.4f} ms/step  x{base / ms:.3f}")
+            print(f"  {_name(form, chunk, unroll):<14} {ms:.4f} ms/step  x{base / ms:.3f}")
     return records
 
 

@@ -22,8 +22,7 @@ and each form of `environments.tag_continuous.knn_obs` (``"xla"``, the original,
    (``idx, valid`` of the reset states, searched once outside the loop) on states moved
    every iteration; for ``"pallas"`` once per ``--blocks`` × ``--warps`` kernel option
    (``block_size`` × ``num_warps`` of `knn_obs.knn_obs_pallas`; the env uses the
-   defaults), for ``"rows"`` once per ``--pairs`` × ``--warps`` (`knn_obs.knn_obs_rows`),
-   each checked against the XLA form on the last iteration's output.
+   defaults), each checked against the XLA form on the last iteration's output.
 5. With ``--rounds=R > 1``: the env step of every form timed again, in turn, R − 1 more
    times (A/B interleaved in one process).
 
@@ -84,7 +83,6 @@ def define_flags() -> None:
     flags.DEFINE_list("forms", list(knn_obs.IMPLS), "knn_obs_impl forms (xla: the reference)")
     flags.DEFINE_list("blocks", ["512", "1024", "2048"], "Pallas block sizes, asm sweep")
     flags.DEFINE_list("warps", ["4"], "Pallas num_warps, asm sweep")
-    flags.DEFINE_list("pairs", ["256", "512", "1024"], "rows form: pairs per program, asm sweep")
     flags.DEFINE_integer("rounds", 2, "env-step timings of the kernel forms, interleaved")
     flags.DEFINE_integer("probe_steps", 100, "steps per timed call (--tiny: 4)")
     flags.DEFINE_integer("probe_repeats", 5, "timed calls, median reported (--tiny: 2)")
@@ -280,7 +278,6 @@ def probe(
     check_steps: int = 20,
     bandwidth_tbps: float = 4.3,
     out: str = "",
-    pairs: list[int] = (),
     rounds: int = 1,
 ) -> list[dict[str, Any]]:
     """Runs the probe (module docstring); returns its records (also written to ``out``)."""
@@ -367,7 +364,7 @@ def probe(
             _guard(rec, run_time)
             _emit(rec, out)
             print(_time_row(rec), flush=True)
-            sweep = {"pallas": ("block_size", "B", blocks), "rows": ("pairs", "P", pairs)}
+            sweep = {"pallas": ("block_size", "B", blocks)}
             if form not in sweep or "obs" not in ref_obs:
                 continue
             option, tag, values = sweep[form]
@@ -454,13 +451,11 @@ def main(argv: list[str]) -> None:
         repeats = 2 if FLAGS["probe_repeats"].using_default_value else FLAGS.probe_repeats
         check_steps = 3 if FLAGS["check_steps"].using_default_value else FLAGS.check_steps
         blocks = [64, 1024] if FLAGS["blocks"].using_default_value else None
-        pairs = [16, 512] if FLAGS["pairs"].using_default_value else None
     else:
         configs = [parse_config(c) for c in FLAGS.configs] or [(1000, 10, 100), (2000, 5, 995)]
         steps, repeats, check_steps = FLAGS.probe_steps, FLAGS.probe_repeats, FLAGS.check_steps
-        blocks = pairs = None
+        blocks = None
     blocks = blocks or [int(b) for b in FLAGS.blocks]
-    pairs = pairs or [int(b) for b in FLAGS.pairs]
     t0 = time.perf_counter()
     records = probe(
         configs,
@@ -473,7 +468,6 @@ def main(argv: list[str]) -> None:
         check_steps=check_steps,
         bandwidth_tbps=FLAGS.bandwidth_tbps,
         out="" if FLAGS["out"].using_default_value else FLAGS.out,
-        pairs=pairs,
         rounds=FLAGS.rounds,
     )
     bad = [r for r in records if "error" in r]

@@ -53,7 +53,7 @@ flags.DEFINE_integer(
 flags.DEFINE_enum(
     "tag_knn_obs_impl",
     "auto",
-    ["auto", "xla", "pallas", "rows"],
+    ["auto", "xla", "pallas"],
     "TagContinuous knn_obs_impl of the Tag env and train suites (k-nearest observation)",
 )
 flags.DEFINE_enum(

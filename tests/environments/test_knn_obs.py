@@ -227,28 +227,21 @@ def test_kernel_on_any_neighbour_lists() -> None:
         for opts in ((), (("block_size", 32),), (("block_size", 4096), ("num_warps", 8))):
             got = obs(s, p, idx, valid, rows_all, "pallas", opts)
             assert_bitwise(got, ref, f"{what} {opts}")
-        for opts in ((), (("pairs", 16),), (("pairs", 64), ("num_warps", 1))):
-            got = obs(s, p, idx, valid, rows_all, "rows", opts)
-            assert_bitwise(got, ref, f"{what} rows-form {opts}")
         rows = (7, 3, 23, 0)
         got = obs(s, p, idx, valid, rows, "pallas", (("block_size", 64),))
         assert_bitwise(got, ref[list(rows)], f"{what} rows {rows}")
-        got = obs(s, p, idx, valid, rows, "rows", (("pairs", 16),))
-        assert_bitwise(got, ref[list(rows)], f"{what} rows-form rows {rows}")
         assert_bitwise(obs(s, p, idx, valid, rows, "xla"), ref[list(rows)], f"{what} xla rows")
+    got = obs(s, p, *lists["jax"], rows_all, "pallas", (("reciprocal", False),))
     ref = np.asarray(obs(s, p, *lists["jax"], rows_all, "xla"))
-    for form in ("pallas", "rows"):
-        got = obs(s, p, *lists["jax"], rows_all, form, (("reciprocal", False),))
-        np.testing.assert_allclose(np.asarray(got), ref, rtol=2.4e-7, atol=0)
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=2.4e-7, atol=0)
     # The kernels' own lists (-1 in empty slots, valid=None), as the env passes them.
     for method in ("brute", "sorted"):
         raw = kernels.nearest_k_lists(s.x, s.y, s.in_game, k, method=method)
         idx, valid = lists["jax"]
         assert_bitwise(raw, jnp.where(valid, idx, -1), f"{method} lists")
         assert_bitwise(ko.with_valid(raw), lists["jax"], f"{method} with_valid")
-        small = {"xla": (), "pallas": (("block_size", 64),), "rows": (("pairs", 32),)}
         for form in ko.IMPLS:
-            got = obs(s, p, raw, None, rows_all, form, small[form])
+            got = obs(s, p, raw, None, rows_all, form, (("block_size", 64),) * (form != "xla"))
             assert_bitwise(got, ref, f"{method} lists, {form}")
             got = obs(s, p, raw, None, (7, 3, 23, 0), form)
             assert_bitwise(got, ref[[7, 3, 23, 0]], f"{method} lists, {form}, rows")
@@ -258,8 +251,8 @@ def test_pallas_search_and_writer_env_equal_original() -> None:
     """The env with both Pallas paths (search lists handed to the writer with no
     ``valid`` array) equals the original observations, stepped and reset."""
     rng = np.random.default_rng(21)
-    for name, form in (("4+20_k10", "pallas"), ("ids_2+6_k4", "pallas"), ("4+20_k10", "rows")):
-        env = TagContinuous(**ENVS[name], impl="pallas", knn_obs_impl=form)
+    for name in ("4+20_k10", "ids_2+6_k4"):
+        env = TagContinuous(**ENVS[name], impl="pallas", knn_obs_impl="pallas")
         for frac in (0.6, 0.1):
             p = _params(rng)
             s = _random_state(rng, env, p.grid_length, frac)
@@ -306,11 +299,6 @@ def test_config_and_registry() -> None:
         ko.knn_obs("gather", *args, *rest)
     with pytest.raises(ValueError, match="power of two"):
         ko.knn_obs_pallas(*args, *rest, block_size=24)
-    with pytest.raises(ValueError, match="pairs must be a power of two"):
-        ko.knn_obs_rows(*args, *rest, pairs=24)
-    k4 = (jnp.zeros((3, 4), jnp.int32), jnp.ones((3, 4), bool), (0,))
-    with pytest.raises(ValueError, match=r"pairs must be >= k = 4"):
-        ko.knn_obs_rows(args[0], *k4, *rest, pairs=2)
     with pytest.raises(ValueError, match="valid must be bool"):
         ko.knn_obs_xla(*args[:2], jnp.ones((3, 1), jnp.int32), (0,), *rest)
     # Full observation ignores the option.
@@ -327,24 +315,21 @@ def test_probe_smoke() -> None:
     from experiments.benchmarks import knn_obs_probe
 
     records = knn_obs_probe.probe(
-        [(3, 2, 4)], 3, ["xla", "pallas", "rows"], steps=2, repeats=1, blocks=[64],
-        warps=[4], check_steps=2, pairs=[16], rounds=2,
+        [(3, 2, 4)], 3, ["xla", "pallas"], steps=2, repeats=1, blocks=[64], warps=[4],
+        check_steps=2, rounds=2,
     )  # fmt: skip
     assert not [r for r in records if "error" in r], records
     checks = [r for r in records if r["kind"] == "check"]
-    assert len(checks) == 8
+    assert len(checks) == 4
     assert all(r["const"]["differ"] == 0 and r["traced"]["differ"] == 0 for r in checks)
     times = [r for r in records if r["kind"] in ("time", "asm")]
     assert [(r["form"], r["variant"]) for r in times] == [
         ("xla", "env"),
         ("pallas", "env"),
         ("pallas", "B64/w4"),
-        ("rows", "env"),
-        ("rows", "P16/w4"),
         ("xla", "env#2"),
         ("pallas", "env#2"),
-        ("rows", "env#2"),
     ]
-    first = [r for r in times if r["variant"] != "env" or r["form"] != "xla"][:4]
-    assert all(r["asm_us"] > 0 and r["asm_check"]["differ"] == 0 for r in first)
+    assert all(r["asm_us"] > 0 for r in times[:3])
+    assert all(r["asm_check"]["differ"] == 0 for r in times[1:3])
     assert all(r["step_ms"] > 0 for r in times if r["variant"].startswith("env"))
