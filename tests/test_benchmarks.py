@@ -144,7 +144,7 @@ def test_train_suite_dense_impl_applies_to_bfloat16_tag_policies(monkeypatch):
     assert all(r["env_steps_per_s"] > 0 for r in recs)
 
 
-def test_env_ab_probe_tiny(tmp_path):
+def test_env_ab_probe_tiny(tmp_path, monkeypatch):
     """`env_ab_probe` times its variants in interleaved rounds, finds their observations
     equal (the writer forms and chunk sizes compute the same function), restores the
     kernels' module defaults, and rejects malformed variants."""
@@ -162,9 +162,10 @@ def test_env_ab_probe_tiny(tmp_path):
         env_ab_probe.probe([(2, 1, 3)], [("xla", 8, 8)], 2, 0, 1, 1, 0)
     defaults = kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL
     out = tmp_path / "ab.jsonl"
-    # 300 agents: the sorted search (M >= 256), so the chunk size is exercised.
+    # The sorted search from 8 agents (default 256), so the chunk size is exercised.
+    monkeypatch.setattr(kernels, "SORTED_MIN_AGENTS", 8)
     recs = env_ab_probe.probe(
-        [(1, 2, 298)], [("xla", 16, 8), ("pallas", 4, 2)], 2, 2, 2, 1, 2, str(out)
+        [(2, 2, 18)], [("xla", 16, 8), ("pallas", 4, 2)], 2, 2, 2, 1, 2, str(out)
     )
     assert (kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL) == defaults
     assert [(r["knn_obs_impl"], r["chunk_size"], r["round"]) for r in recs] == [
