@@ -146,31 +146,40 @@ def test_train_suite_dense_impl_applies_to_bfloat16_tag_policies(monkeypatch):
 
 def test_env_ab_probe_tiny(tmp_path, monkeypatch):
     """`env_ab_probe` times its variants in interleaved rounds, finds their observations
-    equal (the writer forms and chunk sizes compute the same function), restores the
-    kernels' module defaults, and rejects malformed variants."""
+    equal (the writer forms and the kernel settings compute the same function), restores
+    the module defaults, and rejects malformed variants."""
     import pytest
 
-    from environments.tag_continuous import kernels
+    from environments.tag_continuous import kernels, knn_obs
     from experiments.benchmarks import env_ab_probe
 
-    assert env_ab_probe.parse_variant("pallas:8") == ("pallas", 8, kernels.BRUTE_UNROLL)
-    assert env_ab_probe.parse_variant("xla:16:4") == ("xla", 16, 4)
-    for bad in ("pallas", "rows:8", "pallas:6", "pallas:8:3", "pallas:x"):
-        with pytest.raises(ValueError, match="variant must be|power of two"):
-            env_ab_probe.parse_variant(bad)
+    assert env_ab_probe.parse_variant("pallas") == ("pallas", ())
+    assert env_ab_probe.parse_variant("xla/chunk=16/sort=argsort/block=512") == (
+        "xla", (("chunk", 16), ("sort", "argsort"), ("block", 512))
+    )  # fmt: skip
+    bad = ("rows", "pallas/chunk=6", "pallas/unroll=x", "pallas/sort=radix", "pallas/warps=4")
+    for text in bad:
+        with pytest.raises(ValueError, match="variant must be|power of two|one of|unknown"):
+            env_ab_probe.parse_variant(text)
     with pytest.raises(ValueError, match="rounds"):
-        env_ab_probe.probe([(2, 1, 3)], [("xla", 8, 8)], 2, 0, 1, 1, 0)
-    defaults = kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL
+        env_ab_probe.probe([(2, 1, 3)], [("xla", ())], 2, 0, 1, 1, 0)
+    defaults = kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL, kernels.SORT_KEYS, knn_obs.DEFAULT_BLOCK
     out = tmp_path / "ab.jsonl"
-    # The sorted search from 8 agents (default 256), so the chunk size is exercised.
+    # The sorted search from 8 agents (default 256), so chunk and sort are exercised.
     monkeypatch.setattr(kernels, "SORTED_MIN_AGENTS", 8)
-    recs = env_ab_probe.probe(
-        [(2, 2, 18)], [("xla", 16, 8), ("pallas", 4, 2)], 2, 2, 2, 1, 2, str(out)
-    )
-    assert (kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL) == defaults
-    assert [(r["knn_obs_impl"], r["chunk_size"], r["round"]) for r in recs] == [
-        ("xla", 16, 1), ("pallas", 4, 1), ("xla", 16, 2), ("pallas", 4, 2)
-    ]  # fmt: skip
+    variants = [
+        ("xla", (("chunk", 16),)),
+        ("pallas", (("chunk", 4), ("unroll", 2), ("sort", "argsort"), ("block", 64))),
+    ]
+    recs = env_ab_probe.probe([(2, 2, 18)], variants, 2, 2, 2, 1, 2, str(out))
+    now = kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL, kernels.SORT_KEYS, knn_obs.DEFAULT_BLOCK
+    assert now == defaults
+    assert [(r["variant"], r["round"]) for r in recs] == [
+        ("xla/chunk=16", 1),
+        ("pallas/chunk=4/unroll=2/sort=argsort/block=64", 1),
+        ("xla/chunk=16", 2),
+        ("pallas/chunk=4/unroll=2/sort=argsort/block=64", 2),
+    ]
     assert recs[1]["check"]["differ"] == 0
     assert all(r["ms_per_step"] > 0 for r in recs)
     assert len(out.read_text().splitlines()) == 4

@@ -105,6 +105,8 @@ __all__ = [
     "PACKED_EXTRA_SLOTS",
     "PACKED_MAX_BITS",
     "SORTED_MIN_AGENTS",
+    "SORT_KEYS",
+    "SORT_KEY_FORMS",
     "nearest_k",
     "nearest_k_batched",
     "nearest_k_brute_batched",
@@ -623,6 +625,17 @@ CHUNK_SIZE = 8
 #: Bits per axis of the quantised positions whose Hilbert index orders the agents.
 _HILBERT_BITS = 15
 
+#: How `spatial_order` sorts: ``"packed"`` (the default: one int32 key per agent, the
+#: Hilbert index in the high bits and the agent index in the low bits, sorted alone;
+#: the index bits leave ``(31 − index bits) // 2`` bits per axis, at most
+#: ``_HILBERT_BITS``) or ``"argsort"`` (a stable argsort of ``_HILBERT_BITS``-per-axis
+#: indices: key and index sorted as two operands). Either is a valid order: the searches
+#: give the same results for any permutation.
+SORT_KEY_FORMS = ("packed", "argsort")
+SORT_KEYS = "packed"
+#: Below this many bits per axis the packed key is too coarse: `spatial_order` argsorts.
+_MIN_PACKED_AXIS_BITS = 5
+
 #: A chunk is skipped only when ``bound * _SLACK > k-th distance``: the slack (about 80
 #: float32 ulps) covers a compiler contracting ``dx*dx + dy*dy`` into an FMA in one of
 #: the two formulas (bound and distance) and not in the other.
@@ -658,12 +671,24 @@ def spatial_order(x: jax.Array, y: jax.Array) -> jax.Array:
 
     Returns:
       ``perm [N, M]`` int32: ``perm[n, p]`` is the agent at sorted position ``p``, by the
-      Hilbert index of the positions quantised to ``2**15`` cells per axis over the
+      Hilbert index of the positions quantised to ``2**B`` cells per axis over the
       env's bounding square (so the order adapts to clustered agents); equal keys keep
-      index order. Any permutation gives the same search results; this one makes runs
-      of consecutive agents spatially compact, which is what makes the search fast.
+      index order. ``B`` is 15 with `SORT_KEYS` ``"argsort"``; ``"packed"`` sorts one
+      int32 ``index · 2**b + agent`` per agent (``b`` bits for the agent ids, ``B =
+      min(15, (31 − b) // 2)``: 10 at ``M = 1000``, 8 at 10,100), falling back to the
+      argsort when ``B < 5``. Any permutation gives the same search results; this one
+      makes runs of consecutive agents spatially compact, which is what makes the
+      search fast.
     """
-    n_cells = 1 << _HILBERT_BITS
+    if SORT_KEYS not in SORT_KEY_FORMS:
+        raise ValueError(f"kernels.SORT_KEYS must be one of {SORT_KEY_FORMS}, got {SORT_KEYS!r}")
+    m = x.shape[1]
+    id_bits = max(1, (m - 1).bit_length())
+    bits = min(_HILBERT_BITS, (31 - id_bits) // 2)
+    packed = SORT_KEYS == "packed" and bits >= _MIN_PACKED_AXIS_BITS
+    if not packed:
+        bits = _HILBERT_BITS
+    n_cells = 1 << bits
     x0 = jnp.min(x, axis=1, keepdims=True)  # [N, 1]
     y0 = jnp.min(y, axis=1, keepdims=True)
     ext = jnp.maximum(
@@ -675,7 +700,10 @@ def spatial_order(x: jax.Array, y: jax.Array) -> jax.Array:
         q = jnp.floor((v - lo) * ((n_cells - 1) / ext))
         return jnp.clip(q, 0, n_cells - 1).astype(jnp.int32)
 
-    key = _hilbert_index(quantise(x, x0), quantise(y, y0), _HILBERT_BITS)  # < 2**30
+    key = _hilbert_index(quantise(x, x0), quantise(y, y0), bits)  # < 2**(2 bits)
+    if packed:  # < 2**31: one operand to sort, ties by agent id as the stable argsort
+        ids = jnp.arange(m, dtype=jnp.int32)[None, :]
+        return jnp.sort((key << id_bits) | ids, axis=1) & jnp.int32((1 << id_bits) - 1)
     return jnp.argsort(key, axis=1, stable=True).astype(jnp.int32)
 
 

@@ -1,14 +1,15 @@
 """Env-only A/B probe: Tag env steps under several kernel settings, interleaved.
 
-``python -m experiments.benchmarks.env_ab_probe --variants=pallas:16,pallas:8,xla:8``
+``python -m experiments.benchmarks.env_ab_probe --variants=pallas,pallas/sort=argsort``
 times the suite's env-only figure (`experiments.benchmarks.timing.time_env_steps`: a
 scan of ``--num_steps`` vmapped steps with random actions, auto-reset, compile
 excluded, median of ``--repeats`` calls; both flags are `experiments.benchmarks.run`'s)
 for each config (``--configs``, envs x taggers+runners, WarpDrive's Tag settings,
 partial observation of ``--k`` neighbours, the Pallas searches) and each variant
-``knn_obs_impl:chunk_size[:brute_unroll]``: the env's observation writer, and
-`kernels.CHUNK_SIZE` (the sorted search's candidates per chunk) and
-`kernels.BRUTE_UNROLL` (the brute-force kernel's unroll) set while it is traced. The
+``knn_obs_impl[/setting=value...]``: the env's observation writer and module defaults
+read when the env is traced (`SETTINGS`: ``chunk`` = `kernels.CHUNK_SIZE`, ``unroll`` =
+`kernels.BRUTE_UNROLL`, ``sort`` = `kernels.SORT_KEYS`, ``block`` =
+`knn_obs.DEFAULT_BLOCK`), restored afterwards. The
 variants run in turn ``--rounds`` times, so drift over time shows as the spread of one
 variant's rounds, not as a difference between variants. Before timing, each variant's
 observations after ``--check_steps`` random steps are compared with the first
@@ -42,11 +43,23 @@ __all__ = ["define_flags", "parse_variant", "probe", "run_variant"]
 FLAGS = flags.FLAGS
 
 
+#: Settings a variant may change: ``name -> (module, attribute, kind)``; each is a module
+#: default read when the env is traced (kind "pow2": a power of two >= 1).
+SETTINGS = {
+    "chunk": (kernels, "CHUNK_SIZE", "pow2"),  # sorted search: candidates per chunk
+    "unroll": (kernels, "BRUTE_UNROLL", "pow2"),  # brute-force search: unroll
+    "sort": (kernels, "SORT_KEYS", kernels.SORT_KEY_FORMS),  # curve sort: packed / argsort
+    "block": (knn_obs, "DEFAULT_BLOCK", "pow2"),  # observation writer: elements per program
+}
+
+
 def define_flags() -> None:
     """The probe's flags (defined only when run as a program)."""
     flags.DEFINE_list("configs", ["2000x5+995", "1000x10+100"], "envs x taggers+runners")
     flags.DEFINE_list(
-        "variants", ["pallas:16", "pallas:8"], "knn_obs_impl:chunk_size[:brute_unroll]"
+        "variants",
+        ["pallas/chunk=16", "pallas"],
+        "knn_obs_impl[/setting=value...]; settings: " + ", ".join(SETTINGS),
     )
     flags.DEFINE_integer("k", 10, "neighbours observed")
     flags.DEFINE_integer("rounds", 2, "times each variant is timed, in turn")
@@ -55,21 +68,33 @@ def define_flags() -> None:
     flags.DEFINE_bool("tiny", False, "tiny sizes (CPU smoke test)")
 
 
-def parse_variant(text: str) -> tuple[str, int, int]:
-    """``"pallas:8"`` -> ``("pallas", 8, BRUTE_UNROLL)``; ``"pallas:8:16"`` -> ``("pallas",
-    8, 16)`` (``knn_obs_impl:chunk_size[:brute_unroll]``)."""
-    m = re.fullmatch(r"\s*(\w+)\s*:\s*(\d+)\s*(?::\s*(\d+)\s*)?", text)
-    if not m or m.group(1) not in ("auto", *knn_obs.IMPLS):
+Variant = tuple[str, tuple[tuple[str, Any], ...]]
+
+
+def parse_variant(text: str) -> Variant:
+    """``"pallas/chunk=16/sort=argsort"`` -> ``("pallas", (("chunk", 16), ("sort",
+    "argsort")))``: the env's ``knn_obs_impl`` and the `SETTINGS` it changes."""
+    impl, *parts = [p.strip() for p in text.split("/")]
+    if impl not in ("auto", *knn_obs.IMPLS):
         raise ValueError(
-            f"variant must be knn_obs_impl:chunk_size[:brute_unroll] with knn_obs_impl in "
+            f"variant must be knn_obs_impl[/setting=value...] with knn_obs_impl in "
             f"{('auto', *knn_obs.IMPLS)}, got {text!r}"
         )
-    chunk = int(m.group(2))
-    unroll = int(m.group(3)) if m.group(3) else kernels.BRUTE_UNROLL
-    for name, v in (("chunk_size", chunk), ("brute_unroll", unroll)):
-        if v < 1 or v & (v - 1):
-            raise ValueError(f"{name} must be a power of two >= 1, got {v} in {text!r}")
-    return m.group(1), chunk, unroll
+    settings = []
+    for part in parts:
+        name, eq, value = part.partition("=")
+        if not eq or name not in SETTINGS:
+            raise ValueError(f"unknown setting {part!r} in {text!r}; settings: {list(SETTINGS)}")
+        kind = SETTINGS[name][2]
+        if kind == "pow2":
+            if not re.fullmatch(r"\d+", value) or int(value) < 1 or int(value) & (int(value) - 1):
+                raise ValueError(f"{name} must be a power of two >= 1, got {value!r} in {text!r}")
+            settings.append((name, int(value)))
+        else:
+            if value not in kind:
+                raise ValueError(f"{name} must be one of {kind}, got {value!r} in {text!r}")
+            settings.append((name, value))
+    return impl, tuple(settings)
 
 
 def _parse_config(text: str) -> tuple[int, int, int]:
@@ -104,25 +129,28 @@ def _observations_after(env, params, n: int, steps: int) -> dict[str, jax.Array]
 
 
 def run_variant(
-    n: int, t: int, r: int, k: int, form: str, chunk: int, unroll: int, num_steps: int,
-    repeats: int, check_steps: int = 0,
+    n: int, t: int, r: int, k: int, variant: Variant, num_steps: int, repeats: int,
+    check_steps: int = 0,
 ) -> tuple[dict[str, Any], dict[str, jax.Array] | None]:  # fmt: skip
-    """Times one variant (``kernels.CHUNK_SIZE = chunk``, ``kernels.BRUTE_UNROLL =
-    unroll`` while it is traced); returns the timing record and, with ``check_steps``,
-    the observations to compare."""
-    saved = kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL
-    kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL = chunk, unroll
+    """Times one variant (its settings applied while the env is traced, then restored);
+    returns the timing record and, with ``check_steps``, the observations to compare."""
+    form, settings = variant
+    saved = [(SETTINGS[name], getattr(*SETTINGS[name][:2])) for name, _ in settings]
     try:
+        for name, value in settings:
+            setattr(*SETTINGS[name][:2], value)
         env, params = _env(t, r, k, form)
         obs = _observations_after(env, params, n, check_steps) if check_steps else None
         rec = time_env_steps(env, params, n, num_steps, repeats)
     finally:
-        kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL = saved
+        for (module, attr, _), value in reversed(saved):
+            setattr(module, attr, value)
     return rec, obs
 
 
-def _name(form: str, chunk: int, unroll: int) -> str:
-    return f"{form}:{chunk}:{unroll}"
+def _name(variant: Variant) -> str:
+    form, settings = variant
+    return "/".join([form] + [f"{name}={value}" for name, value in settings])
 
 
 def _compare(a: dict[str, jax.Array], b: dict[str, jax.Array]) -> dict[str, Any]:
@@ -134,7 +162,7 @@ def _compare(a: dict[str, jax.Array], b: dict[str, jax.Array]) -> dict[str, Any]
 
 def probe(
     configs: list[tuple[int, int, int]],
-    variants: list[tuple[str, int, int]],
+    variants: list[Variant],
     k: int,
     rounds: int,
     num_steps: int,
@@ -157,12 +185,13 @@ def probe(
         ref = None
         print(f"\n== {n} envs x ({t}+{r}), {num_steps} steps per call, median of {repeats}")
         for rnd in range(1, rounds + 1):
-            for form, chunk, unroll in variants:
+            for variant in variants:
                 steps = check_steps if rnd == 1 else 0
-                tr, obs = run_variant(n, t, r, k, form, chunk, unroll, num_steps, repeats, steps)
+                tr, obs = run_variant(n, t, r, k, variant, num_steps, repeats, steps)
                 rec = dict(
                     bench="tag_env_ab", num_envs=n, num_taggers=t, num_runners=r, k=k,
-                    knn_obs_impl=form, chunk_size=chunk, brute_unroll=unroll, round=rnd,
+                    variant=_name(variant), knn_obs_impl=variant[0],
+                    settings=dict(variant[1]), round=rnd,
                     ms_per_step=tr["ms_per_batch_step"], env_steps_per_s=tr["env_steps_per_s"],
                     compile_s=tr["compile_s"], **info,
                 )  # fmt: skip
@@ -179,23 +208,22 @@ def probe(
                     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
                     with open(out, "a", encoding="utf8") as fp:
                         fp.write(json.dumps(rec, default=str) + "\n")
-                name = _name(form, chunk, unroll)
                 print(
-                    f"{name:<14} round {rnd}  {rec['ms_per_step']:.4f} ms/step "
+                    f"{_name(variant):<24} round {rnd}  {rec['ms_per_step']:.4f} ms/step "
                     f"{rec['env_steps_per_s']:>14,.0f} env steps/s  {check}",
                     flush=True,
                 )
         print("summary (median over rounds):")
         base = None
-        for form, chunk, unroll in variants:
+        for variant in variants:
             ms = statistics.median(
                 x["ms_per_step"]
                 for x in records
-                if x["num_envs"] == n and x["num_runners"] == r and x["knn_obs_impl"] == form
-                and x["chunk_size"] == chunk and x["brute_unroll"] == unroll
+                if x["num_envs"] == n and x["num_runners"] == r
+                and x["variant"] == _name(variant)
             )  # fmt: skip
             base = base or ms
-            print(f"  {_name(form, chunk, unroll):<14} {ms:.4f} ms/step  x{base / ms:.3f}")
+            print(f"  {_name(variant):<24} {ms:.4f} ms/step  x{base / ms:.3f}")
     return records
 
 

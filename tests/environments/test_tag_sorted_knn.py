@@ -198,15 +198,38 @@ def test_auto_method_selection():
     assert_same(idx, valid, ref_idx, ref_valid, "auto")
 
 
-def test_spatial_order_is_a_local_permutation():
-    x, y, _ = make_states(500, ("uniform", "one_point"), seed=4)
+@pytest.mark.parametrize("form", kernels.SORT_KEY_FORMS)
+def test_spatial_order_is_a_local_permutation(form, monkeypatch):
+    monkeypatch.setattr(kernels, "SORT_KEYS", form)
+    x, y, _ = make_states(500, ("uniform", "one_point", "lattice"), seed=4)
     perm = np.asarray(kernels.spatial_order(x, y))
-    for e in range(2):
+    for e in range(3):
         np.testing.assert_array_equal(np.sort(perm[e]), np.arange(500))
     np.testing.assert_array_equal(perm[1], np.arange(500))  # equal keys: index order
+    # Lattice: 36 distinct points; within each run of one point, ids ascend.
+    xl, yl = x[2][perm[2]], y[2][perm[2]]
+    same = (np.diff(xl) == 0) & (np.diff(yl) == 0)
+    assert np.all(np.diff(perm[2])[same] > 0)
     # Consecutive agents along the curve are close (uniform: mean step << side 20).
     step = np.hypot(np.diff(x[0][perm[0]]), np.diff(y[0][perm[0]]))
     assert step.mean() < 1.5, step.mean()
+
+
+def test_sort_key_forms_give_the_same_lists(monkeypatch):
+    """The packed (one-operand) and the argsort curve orders are different permutations
+    with the same search results; a bad `SORT_KEYS` is named."""
+    x, y, g = make_states(300, ("uniform", "out_random", "lattice_out"), seed=9)
+    perms, lists = {}, {}
+    for form in kernels.SORT_KEY_FORMS:
+        monkeypatch.setattr(kernels, "SORT_KEYS", form)
+        perms[form] = np.asarray(kernels.spatial_order(x, y))
+        lists[form] = kernels.nearest_k_sorted_batched(x, y, g, 5)
+    assert not np.array_equal(perms["packed"], perms["argsort"])  # coarser cells
+    for a, b in zip(lists["packed"], lists["argsort"], strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    monkeypatch.setattr(kernels, "SORT_KEYS", "radix")
+    with pytest.raises(ValueError, match="SORT_KEYS must be one of"):
+        kernels.spatial_order(x, y)
 
 
 def test_sorted_bad_options_raise():
