@@ -630,7 +630,8 @@ _HILBERT_BITS = 15
 #: the index bits leave ``(31 − index bits) // 2`` bits per axis, at most
 #: ``_HILBERT_BITS``) or ``"argsort"`` (a stable argsort of ``_HILBERT_BITS``-per-axis
 #: indices: key and index sorted as two operands). Either is a valid order: the searches
-#: give the same results for any permutation.
+#: give the same results for any permutation. H200, 2000 envs × (5+995): the env step
+#: 1.5757 (argsort) vs 1.5716 ms (packed), interleaved (2026-11-24 run 6).
 SORT_KEY_FORMS = ("packed", "argsort")
 SORT_KEYS = "packed"
 #: Below this many bits per axis the packed key is too coarse: `spatial_order` argsorts.
