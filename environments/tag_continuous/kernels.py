@@ -615,7 +615,7 @@ SORTED_MIN_AGENTS = 256
 #: The sorted search's orders of visiting candidate chunks (`nearest_k_sorted_batched`'s
 #: ``chunk_order``), and the default (H200, 2000 envs × 1000 agents: search 1.86–2.09 ms
 #: curve, 1.78–1.80 ms best, interleaved in one process).
-CHUNK_ORDERS = ("curve", "best")
+CHUNK_ORDERS = ("curve", "best", "keyed")
 CHUNK_ORDER = "best"
 #: The sorted search's default candidates per chunk ``BC`` (capped at ``next_pow2(M)``).
 #: H200, 2000 envs × 1000 agents, packed keys: the search alone 1.451 ms at 16, 1.277 ms
@@ -730,7 +730,10 @@ def _sorted_knn_kernel(
     ``order``: after the block's own chunks, the others ``"curve"``: outward along the
     curve, each tested against the current bound; ``"best"``: by increasing box-to-box
     bound (all chunks' bounds computed at once; the next is the nearest unvisited one),
-    stopping at the first whose bound exceeds every lane's k-th distance.
+    stopping at the first whose bound exceeds every lane's k-th distance; ``"keyed"``:
+    as ``"best"`` with each chunk's bound and index packed into one int32 key (the
+    bound's bits, its low ``log2(NCP)`` bits replaced by the index), so one min-reduction
+    per visit finds the next chunk and a lower bound of its bound (``"best"`` takes two).
 
     ``key_bits`` (when not 0): search with packed keys (`_packed_insert`, the original
     index in the low ``key_bits`` bits) and ``k + PACKED_EXTRA_SLOTS`` slots, re-sort
@@ -849,7 +852,7 @@ def _sorted_knn_kernel(
         # neighbours come early and make the bounds tight.
         carry = lax.fori_loop(own_lo, own_hi + 1, lambda c, cr: consider(c, True, cr), carry)
 
-        if order == "best":
+        if order in ("best", "keyed"):
             ci = lax.broadcasted_iota(jnp.int32, (ncp,), 0)
             cs = jnp.minimum(ci, nc - 1)
             # Box-to-box bounds of all chunks (+inf: empty, the block's own, padding).
@@ -857,6 +860,35 @@ def _sorted_knn_kernel(
             gy = jnp.maximum(jnp.maximum(by0_ref[cs] - qy1, qy0 - by1_ref[cs]), 0.0)
             skip = (ci >= nc_in) | ((ci >= own_lo) & (ci <= own_hi))
             bounds = jnp.where(skip, _INF, (gx * gx + gy * gy) * _SLACK)
+
+        if order == "keyed":
+            # One int32 key per chunk: the bound's bits (a float >= 0 orders like its
+            # bits) with the low `low` bits replaced by the chunk index, so one min gives
+            # the nearest chunk and a lower bound of its bound (truncation only lowers
+            # it: stopping when it exceeds the worst k-th distance stays exact).
+            low = ncp - 1
+            done_key = jnp.int32(0x7FFFFFFF)
+            keys = jnp.where(
+                skip, done_key, (lax.bitcast_convert_type(bounds, jnp.int32) & ~low) | ci
+            )
+
+            def more_keyed(state):
+                kmin = state[2]
+                bound = lax.bitcast_convert_type(kmin & ~low, jnp.float32)
+                return (kmin < _INF_KEY) & (bound <= state[0][1])
+
+            def nearest_keyed(state):
+                cr, keys, kmin = state
+                c = kmin & low
+                cr = per_lane(c, False, cr)
+                keys = jnp.where(ci == c, done_key, keys)
+                return cr, keys, jnp.min(keys)
+
+            state = (carry, keys, jnp.min(keys))
+            lists, _, count = lax.while_loop(more_keyed, nearest_keyed, state)[0]
+            return lists, count
+
+        if order == "best":
 
             def more(state):  # the nearest unvisited box may still matter
                 return (state[2] < _INF) & (state[2] <= state[0][1])
@@ -1119,7 +1151,9 @@ def nearest_k_sorted_batched(
       num_warps, num_stages, interpret: as `nearest_k_brute_batched`.
       chunk_order: after the query block's own chunks, visit the others ``"curve"``
         (outward along the curve, each tested against the block's current bound) or
-        ``"best"`` (nearest box first, stopping at the first too far for every lane);
+        ``"best"`` (nearest box first, stopping at the first too far for every lane)
+        or ``"keyed"`` (the same order, bound and index in one key: one reduction per
+        visit);
         ``None``: `CHUNK_ORDER`. Same results.
       packed_keys: as `nearest_k_brute_batched` (the packed keys hold original indices;
         an ambiguous block is searched again with the ordered insertion, and

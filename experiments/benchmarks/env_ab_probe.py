@@ -9,7 +9,7 @@ partial observation of ``--k`` neighbours, the Pallas searches) and each variant
 ``knn_obs_impl[/setting=value...]``: the env's observation writer and module defaults
 read when the env is traced (`SETTINGS`: ``chunk`` = `kernels.CHUNK_SIZE`, ``unroll`` =
 `kernels.BRUTE_UNROLL`, ``sort`` = `kernels.SORT_KEYS`, ``block`` =
-`knn_obs.DEFAULT_BLOCK`), restored afterwards. The
+`knn_obs.DEFAULT_BLOCK`, ``order`` = `kernels.CHUNK_ORDER`), restored afterwards. The
 variants run in turn ``--rounds`` times, so drift over time shows as the spread of one
 variant's rounds, not as a difference between variants. Before timing, each variant's
 observations after ``--check_steps`` random steps are compared with the first
@@ -50,6 +50,7 @@ SETTINGS = {
     "unroll": (kernels, "BRUTE_UNROLL", "pow2"),  # brute-force search: unroll
     "sort": (kernels, "SORT_KEYS", kernels.SORT_KEY_FORMS),  # curve sort: packed / argsort
     "block": (knn_obs, "DEFAULT_BLOCK", "pow2"),  # observation writer: elements per program
+    "order": (kernels, "CHUNK_ORDER", kernels.CHUNK_ORDERS),  # sorted search: chunk order
 }
 
 

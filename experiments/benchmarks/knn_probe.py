@@ -19,7 +19,7 @@ each only where the two picks are within 1e-5 relative in distance: FMA contract
 can differ between the two kernels), or ``MISMATCH(n)``.
 
 Configurations ``--configs`` are ``BM:BC:U:T[:O[:P]]`` (query rows per program,
-candidates per chunk, unroll, tie_check 1/0, chunk order 0 curve / 1 best-first,
+candidates per chunk, unroll, tie_check 1/0, chunk order 0 curve / 1 best-first / 2 keyed,
 packed keys 0/1; ``U = 0`` and absent fields take the defaults); ``--brute_configs``
 are ``BM:U:W[:P]`` (rows, unroll, warps, packed keys; 0: default block). ``--tiny`` runs small sizes
 (CPU: interpret mode) as a smoke test.
@@ -51,7 +51,7 @@ def define_flags() -> None:
         "configs",
         ["32:16:8:1", "32:8:8:1", "32:32:8:1", "64:16:8:1", "32:16:8:0"],
         "sorted-search configurations BM:BC:U:tie_check[:order[:packed]] (U = 0: default;"
-        " order 0 curve, 1 best-first; packed 0 exact insertion, 1 packed keys)",
+        " order 0 curve, 1 best-first, 2 keyed; packed 0 exact insertion, 1 packed keys)",
     )
     flags.DEFINE_list(
         "brute_configs",
@@ -74,8 +74,8 @@ _TINY_CONFIGS = ["32:16:0:1", "32:8:0:0"]
 
 def parse_configs(specs: list[str]) -> list[dict[str, Any]]:
     """``["BM:BC:U:T[:O[:P]]", ...]`` -> keyword options of
-    `kernels.nearest_k_sorted_batched` (``O``: chunk order, 0 ``"curve"``, 1 ``"best"``;
-    default `kernels.CHUNK_ORDER`; ``P``: packed keys 0/1, default automatic)."""
+    `kernels.nearest_k_sorted_batched` (``O``: chunk order, 0 ``"curve"``, 1 ``"best"``,
+    2 ``"keyed"``; default `kernels.CHUNK_ORDER`; ``P``: packed keys 0/1, default automatic)."""
     out = []
     for spec in specs:
         vals = [int(v) for v in spec.split(":")]

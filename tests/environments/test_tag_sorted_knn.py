@@ -114,19 +114,21 @@ def test_sorted_matches_reference(m, k, bm, bc, u, tie_check):
         assert_same(idx[e], valid[e], ref_idx[e], ref_valid[e], f"{kind} (env {e})")
 
 
+@pytest.mark.parametrize("order", ["best", "keyed"])
 @pytest.mark.parametrize("m,k,bm,bc,u,tie_check", [CASES[0], CASES[1], CASES[2], CASES[5]])
-def test_best_first_chunk_order_matches_reference(m, k, bm, bc, u, tie_check):
-    """``chunk_order="best"`` (nearest chunk box first, early stop) gives the same lists
-    on every state kind (ties, lattices, out-of-game clusters, padding)."""
+def test_best_first_chunk_order_matches_reference(m, k, bm, bc, u, tie_check, order):
+    """``chunk_order="best"`` (nearest chunk box first, early stop) and ``"keyed"`` (the
+    same with one packed (bound, chunk) key per chunk) give the same lists on every state
+    kind (ties, lattices, out-of-game clusters, padding)."""
     kinds = KINDS if m < 600 else KINDS[:8]
     x, y, g = make_states(m, kinds, seed=m + 7 * k + 1)
     fn = _sorted(
-        k, block_rows=bm, chunk_size=bc, block_cols=u, tie_check=tie_check, chunk_order="best"
+        k, block_rows=bm, chunk_size=bc, block_cols=u, tie_check=tie_check, chunk_order=order
     )
     idx, valid, _ = fn(x, y, g)
     ref_idx, ref_valid = _reference(k)(x, y, g)
     for e, kind in enumerate(kinds):
-        assert_same(idx[e], valid[e], ref_idx[e], ref_valid[e], f"best {kind} (env {e})")
+        assert_same(idx[e], valid[e], ref_idx[e], ref_valid[e], f"{order} {kind} (env {e})")
 
 
 def test_chunk_orders_agree_and_best_first_prunes_at_least_as_well():
@@ -135,9 +137,14 @@ def test_chunk_orders_agree_and_best_first_prunes_at_least_as_well():
     opts = dict(block_rows=32, chunk_size=16, block_cols=1, tie_check=True)
     c_idx, c_valid, curve = _sorted(k, **opts, chunk_order="curve")(x, y, g)
     idx, valid, best = _sorted(k, **opts, chunk_order="best")(x, y, g)
+    k_idx, k_valid, keyed = _sorted(k, **opts, chunk_order="keyed")(x, y, g)
     assert np.all(np.asarray(best) <= np.asarray(curve) + 1e-6), (best, curve)
+    # Truncated bounds can only add visits, and only near ties of the bound.
+    assert np.all(np.asarray(keyed) >= np.asarray(best) - 1e-6), (keyed, best)
+    assert np.all(np.asarray(keyed) <= 1.05 * np.asarray(best)), (keyed, best)
     ref = _reference(k)(x, y, g)
     assert_same(idx, valid, *ref, "best m=1000")
+    assert_same(k_idx, k_valid, *ref, "keyed m=1000")
     assert_same(c_idx, c_valid, *ref, "curve m=1000")
     assert kernels.CHUNK_ORDER == "best"
     with pytest.raises(ValueError, match="chunk_order must be one of"):

@@ -45,7 +45,7 @@ def test_nearest_k_lowers_to_triton(method: str) -> None:
     assert _lowered_triton_calls(fn, x, y, g) == 1
 
 
-@pytest.mark.parametrize("order", ["curve", "best"])
+@pytest.mark.parametrize("order", ["curve", "best", "keyed"])
 def test_sorted_chunk_orders_lower_to_triton(order: str) -> None:
     x, y, g = _positions()
     fn = lambda x, y, g: kernels.nearest_k_sorted_batched(
