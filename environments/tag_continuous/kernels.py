@@ -614,9 +614,11 @@ SORTED_MIN_AGENTS = 256
 
 #: The sorted search's orders of visiting candidate chunks (`nearest_k_sorted_batched`'s
 #: ``chunk_order``), and the default (H200, 2000 envs × 1000 agents: search 1.86–2.09 ms
-#: curve, 1.78–1.80 ms best, interleaved in one process).
+#: curve, 1.78–1.80 ms best, interleaved in one process, 2026-11-23; the env step at
+#: 2000 × (5+995) 1.5724 ms best, 1.5494 ms keyed, at 10 × (100+10,000) 0.2678 and
+#: 0.2605 ms, interleaved, 2026-11-24 run 8).
 CHUNK_ORDERS = ("curve", "best", "keyed")
-CHUNK_ORDER = "best"
+CHUNK_ORDER = "keyed"
 #: The sorted search's default candidates per chunk ``BC`` (capped at ``next_pow2(M)``).
 #: H200, 2000 envs × 1000 agents, packed keys: the search alone 1.451 ms at 16, 1.277 ms
 #: at 8; the env step 1.676 → 1.577 ms (interleaved, `env_ab_probe`, 2026-11-24 run 2).
@@ -1097,9 +1099,10 @@ def nearest_k_sorted_batched(
     ``BC``, each with its bounding box. A program takes ``BM`` consecutive queries (one
     per lane, as in the brute-force kernel), visits the chunks holding its own queries,
     then the others by increasing squared box-to-box distance from the block's bounding
-    box (``chunk_order="best"``, the default: all chunks' bounds computed at once, the
-    loop stops at the first one beyond the block's current worst ``k``-th distance, max
-    over lanes, ``+inf`` while a list is not full) or outward along the curve, testing
+    box (``chunk_order="best"`` or ``"keyed"``, the default: all chunks' bounds
+    computed at once, the loop stops at the first one beyond the block's current worst
+    ``k``-th distance, max over lanes, ``+inf`` while a list is not full) or outward
+    along the curve, testing
     each (``"curve"``). A chunk is also skipped when for every lane the squared distance
     from its point to the chunk's box exceeds that lane's ``k``-th distance. A visited
     chunk is streamed into per-lane sorted lists like the brute-force kernel does; each

@@ -146,7 +146,7 @@ def test_chunk_orders_agree_and_best_first_prunes_at_least_as_well():
     assert_same(idx, valid, *ref, "best m=1000")
     assert_same(k_idx, k_valid, *ref, "keyed m=1000")
     assert_same(c_idx, c_valid, *ref, "curve m=1000")
-    assert kernels.CHUNK_ORDER == "best"
+    assert kernels.CHUNK_ORDER == "keyed"
     with pytest.raises(ValueError, match="chunk_order must be one of"):
         kernels.nearest_k_sorted_batched(x, y, g, k, chunk_order="random")
 
