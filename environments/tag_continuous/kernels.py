@@ -863,46 +863,45 @@ def _sorted_knn_kernel(
             skip = (ci >= nc_in) | ((ci >= own_lo) & (ci <= own_hi))
             bounds = jnp.where(skip, _INF, (gx * gx + gy * gy) * _SLACK)
 
-        if order == "keyed":
-            # One int32 key per chunk: the bound's bits (a float >= 0 orders like its
-            # bits) with the low `low` bits replaced by the chunk index, so one min gives
-            # the nearest chunk and a lower bound of its bound (truncation only lowers
-            # it: stopping when it exceeds the worst k-th distance stays exact).
-            low = ncp - 1
-            done_key = jnp.int32(0x7FFFFFFF)
-            keys = jnp.where(
-                skip, done_key, (lax.bitcast_convert_type(bounds, jnp.int32) & ~low) | ci
-            )
+            if order == "keyed":
+                # One int32 key per chunk: the bound's bits (a float >= 0 orders like its
+                # bits) with the low bits replaced by the chunk index, so one min gives the
+                # nearest chunk and a lower bound of its bound (truncation only lowers it:
+                # stopping when that exceeds the worst k-th distance stays exact).
+                low = ncp - 1
+                done = jnp.int32(0x7FFFFFFF)
+                vals = jnp.where(
+                    skip, done, (lax.bitcast_convert_type(bounds, jnp.int32) & ~low) | ci
+                )
 
-            def more_keyed(state):
-                kmin = state[2]
-                bound = lax.bitcast_convert_type(kmin & ~low, jnp.float32)
-                return (kmin < _INF_KEY) & (bound <= state[0][1])
+                def pick(v, vmin):
+                    return vmin & low
 
-            def nearest_keyed(state):
-                cr, keys, kmin = state
-                c = kmin & low
-                cr = per_lane(c, False, cr)
-                keys = jnp.where(ci == c, done_key, keys)
-                return cr, keys, jnp.min(keys)
+                def bound_of(vmin):
+                    lower = lax.bitcast_convert_type(vmin & ~low, jnp.float32)
+                    return jnp.where(vmin < _INF_KEY, lower, _INF)
 
-            state = (carry, keys, jnp.min(keys))
-            lists, _, count = lax.while_loop(more_keyed, nearest_keyed, state)[0]
-            return lists, count
+            else:  # "best": the bounds, then the lowest chunk index at the minimum
+                done, vals = jnp.float32(_INF), bounds
 
-        if order == "best":
+                def pick(v, vmin):
+                    return jnp.min(jnp.where(v == vmin, ci, ncp))
+
+                def bound_of(vmin):
+                    return vmin
 
             def more(state):  # the nearest unvisited box may still matter
-                return (state[2] < _INF) & (state[2] <= state[0][1])
+                bound = bound_of(state[2])
+                return (bound < _INF) & (bound <= state[0][1])
 
             def nearest(state):
-                cr, bnd, low_bound = state
-                c = jnp.min(jnp.where(bnd == low_bound, ci, ncp))
+                cr, v, vmin = state
+                c = pick(v, vmin)
                 cr = per_lane(c, False, cr)
-                bnd = jnp.where(ci == c, _INF, bnd)
-                return cr, bnd, jnp.min(bnd)
+                v = jnp.where(ci == c, done, v)
+                return cr, v, jnp.min(v)
 
-            state = (carry, bounds, jnp.min(bounds))
+            state = (carry, vals, jnp.min(vals))
             lists, _, count = lax.while_loop(more, nearest, state)[0]
             return lists, count
 
