@@ -23,20 +23,16 @@ smoke test.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import statistics
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 from absl import app, flags
 
-import jaxdrive
 from environments.tag_continuous import kernels, knn_obs
-from experiments.benchmarks.run import make_tag  # also defines --num_steps, --repeats
-from experiments.benchmarks.timing import device_info, time_env_steps
+from experiments.benchmarks.knn_obs_probe import check_states, compare, make_env, parse_config
+from experiments.benchmarks.timing import append_jsonl, device_info, time_env_steps
 
 __all__ = ["define_flags", "parse_variant", "probe", "run_variant"]
 
@@ -98,35 +94,11 @@ def parse_variant(text: str) -> Variant:
     return impl, tuple(settings)
 
 
-def _parse_config(text: str) -> tuple[int, int, int]:
-    m = re.fullmatch(r"\s*(\d+)\s*x\s*(\d+)\s*\+\s*(\d+)\s*", text)
-    if not m:
-        raise ValueError(f"config must look like 1000x10+100, got {text!r}")
-    return int(m.group(1)), int(m.group(2)), int(m.group(3))
-
-
-def _env(t: int, r: int, k: int, form: str):
-    return make_tag(t, r, False, k, "pallas", knn_obs_impl=form)
-
-
 def _observations_after(env, params, n: int, steps: int) -> dict[str, jax.Array]:
-    """Both groups' observations after ``steps`` random steps of ``n`` envs (fixed keys)."""
-    venv = jaxdrive.vectorize(env, n)
-    policy = jaxdrive.random_policy(env)
-
-    @jax.jit
-    def run(key):
-        state, ts = venv.reset(key, params)
-
-        def body(carry, k):
-            state, ts = carry
-            k_act, k_env = jax.random.split(k)
-            return venv.step(k_env, state, policy(k_act, ts.obs), params), None
-
-        (state, ts), _ = jax.lax.scan(body, (state, ts), jax.random.split(key, steps))
-        return ts.obs
-
-    return run(jax.random.key(7))
+    """Both groups' observations of ``n`` envs after ``steps`` random steps (the stepped
+    state of `knn_obs_probe.check_states`: fixed keys, so every variant sees the same)."""
+    state = check_states(env, params, n, steps)["stepped"]
+    return jax.jit(jax.vmap(lambda s: env.observations(s, params)))(state)
 
 
 def run_variant(
@@ -140,7 +112,7 @@ def run_variant(
     try:
         for name, value in settings:
             setattr(*SETTINGS[name][:2], value)
-        env, params = _env(t, r, k, form)
+        env, params = make_env(t, r, k, form)
         obs = _observations_after(env, params, n, check_steps) if check_steps else None
         rec = time_env_steps(env, params, n, num_steps, repeats)
     finally:
@@ -152,13 +124,6 @@ def run_variant(
 def _name(variant: Variant) -> str:
     form, settings = variant
     return "/".join([form] + [f"{name}={value}" for name, value in settings])
-
-
-def _compare(a: dict[str, jax.Array], b: dict[str, jax.Array]) -> dict[str, Any]:
-    bits = lambda x: jax.lax.bitcast_convert_type(x, jnp.int32)
-    differ = sum(int(jnp.sum(bits(a[g]) != bits(b[g]))) for g in a)
-    max_abs = max(float(jnp.max(jnp.abs(a[g] - b[g]))) for g in a)
-    return {"differ": differ, "max_abs": max_abs}
 
 
 def probe(
@@ -201,14 +166,12 @@ def probe(
                     if ref is None:
                         ref, check = obs, "(reference)"
                     else:
-                        rec["check"] = _compare(ref, obs)
+                        rec["check"] = compare(ref, obs)
                         c = rec["check"]
                         check = "equal" if c["differ"] == 0 else f"{c['differ']}/{c['max_abs']:.1e}"
                 records.append(rec)
                 if out:
-                    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-                    with open(out, "a", encoding="utf8") as fp:
-                        fp.write(json.dumps(rec, default=str) + "\n")
+                    append_jsonl(out, rec)
                 print(
                     f"{_name(variant):<24} round {rnd}  {rec['ms_per_step']:.4f} ms/step "
                     f"{rec['env_steps_per_s']:>14,.0f} env steps/s  {check}",
@@ -234,7 +197,7 @@ def main(argv: list[str]) -> None:
         configs = [(3, 2, 5)]
         k, steps, repeats, check = 3, 3, 1, 2
     else:
-        configs = [_parse_config(c) for c in FLAGS.configs]
+        configs = [parse_config(c) for c in FLAGS.configs]
         k, steps, repeats, check = FLAGS.k, FLAGS.num_steps, FLAGS.repeats, FLAGS.check_steps
     variants = [parse_variant(v) for v in FLAGS.variants]
     probe(configs, variants, k, FLAGS.rounds, steps, repeats, check, FLAGS.probe_out)
