@@ -106,6 +106,23 @@ class Env(abc.ABC, Generic[StateT, ParamsT]):
         branch (classic control, measured on an H200)."""
         return self.has_observations
 
+    def vector_step(
+        self,
+        reset_keys: jax.Array | None,
+        state: StateT,
+        actions: dict[str, jax.Array],
+        params: ParamsT,
+    ) -> tuple[StateT, TimeStep] | None:
+        """Optional: the step of a batch of ``N`` envs with shared ``params`` (every leaf of
+        ``state`` and ``actions`` with a leading env axis), then, when ``reset_keys [N]``
+        is given, each finished env reset from its key and selected in, with the
+        observations of the resulting states: exactly what `jaxdrive.vectorize`'s ``step``
+        computes by `jax.vmap` (``keep_final_obs`` off, no reset pool), but in fewer
+        kernels. ``None`` (the default) lets `vectorize` do it by `jax.vmap`. Wrappers
+        inherit this default, so a wrapper's own step is never skipped."""
+        del reset_keys, state, actions, params
+        return None
+
     # ----- public API -----------------------------------------------------------------
     @property
     def agent_counts(self) -> dict[str, int]:

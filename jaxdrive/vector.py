@@ -149,11 +149,6 @@ class VecEnv:
                     )
         # one split for the step's and the reset's per-env keys (no scalar split first)
         keys, r_keys = jax.random.split(key, (2, self.num_envs))
-        state, ts = jax.vmap(self.env.step, in_axes=(0, 0, 0, self.params_axis))(
-            keys, state, actions, params
-        )
-        if not self.auto_reset:
-            return state, ts
         keep = self.keep_final_obs
         select = self.reset_mode == "select" or (
             self.reset_mode == "auto"
@@ -163,6 +158,18 @@ class VecEnv:
                 or (self.env.has_observations and self.num_envs <= SELECT_RESET_MAX_ENVS)
             )
         )
+        if self.params_axis is None and (
+            not self.auto_reset or (select and self.reset_pool is None)
+        ):
+            # the env's own batched step, where it has one (`Env.vector_step`)
+            out = self.env.vector_step(r_keys if self.auto_reset else None, state, actions, params)
+            if out is not None:
+                return out
+        state, ts = jax.vmap(self.env.step, in_axes=(0, 0, 0, self.params_axis))(
+            keys, state, actions, params
+        )
+        if not self.auto_reset:
+            return state, ts
         if select:
             r_state, r_ts = jax.vmap(self._single_reset, in_axes=(0, self.params_axis))(
                 r_keys, params

@@ -157,7 +157,13 @@ def test_env_ab_probe_tiny(tmp_path, monkeypatch):
     assert env_ab_probe.parse_variant("xla/chunk=16/sort=argsort/block=512") == (
         "xla", (("chunk", 16), ("sort", "argsort"), ("block", 512))
     )  # fmt: skip
-    bad = ("rows", "pallas/chunk=6", "pallas/unroll=x", "pallas/sort=radix", "pallas/warps=4")
+    assert env_ab_probe.parse_variant("pallas/step=vector/fold=0/elements=64") == (
+        "pallas", (("step", "vector"), ("fold", "0"), ("elements", 64))
+    )  # fmt: skip
+    bad = (
+        "rows", "pallas/chunk=6", "pallas/unroll=x", "pallas/sort=radix", "pallas/lanes=4",
+        "pallas/step=cuda", "pallas/fold=2", "pallas/warps=3",
+    )  # fmt: skip
     for text in bad:
         with pytest.raises(ValueError, match="variant must be|power of two|one of|unknown"):
             env_ab_probe.parse_variant(text)
@@ -170,16 +176,17 @@ def test_env_ab_probe_tiny(tmp_path, monkeypatch):
     variants = [
         ("xla", (("chunk", 16),)),
         ("pallas", (("chunk", 4), ("unroll", 2), ("sort", "argsort"), ("block", 64))),
+        ("pallas", (("step", "vector"), ("fold", "0"), ("elements", 64))),
     ]
     recs = env_ab_probe.probe([(2, 2, 18)], variants, 2, 2, 2, 1, 2, str(out))
     now = kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL, kernels.SORT_KEYS, knn_obs.DEFAULT_BLOCK
     assert now == defaults
-    assert [(r["variant"], r["round"]) for r in recs] == [
-        ("xla/chunk=16", 1),
-        ("pallas/chunk=4/unroll=2/sort=argsort/block=64", 1),
-        ("xla/chunk=16", 2),
-        ("pallas/chunk=4/unroll=2/sort=argsort/block=64", 2),
+    names = [
+        "xla/chunk=16",
+        "pallas/chunk=4/unroll=2/sort=argsort/block=64",
+        "pallas/step=vector/fold=0/elements=64",
     ]
-    assert recs[1]["check"]["differ"] == 0
+    assert [(r["variant"], r["round"]) for r in recs] == [(v, i) for i in (1, 2) for v in names]
+    assert recs[1]["check"]["differ"] == 0 and recs[2]["check"]["differ"] == 0
     assert all(r["ms_per_step"] > 0 for r in recs)
-    assert len(out.read_text().splitlines()) == 4
+    assert len(out.read_text().splitlines()) == 6

@@ -7,6 +7,7 @@ Follows /work/shared/specs/tag.md (the semantics of WarpDrive 2.7.1's NumPy
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import math
 from collections.abc import Sequence
@@ -17,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from environments.tag_continuous import full_obs, knn_obs, neighbors, step_kernel
-from jaxdrive.env import Env
+from environments.tag_continuous import full_obs, knn_obs, neighbors, step_kernel, vector_step
+from jaxdrive.env import Env, check_actions
 from jaxdrive.spaces import Box, MultiDiscrete
 from jaxdrive.types import EnvParams, TimeStep
 
@@ -34,7 +35,7 @@ _TWO_PI = np.float32(2.0 * np.pi)
 _EPS = np.float32(1e-10)
 _SQRT2 = np.float32(np.sqrt(2.0))
 _IMPLS = ("auto", "jax", "pallas")
-_STEP_IMPLS = ("auto", "xla", "pallas")
+_STEP_IMPLS = ("auto", "xla", "pallas", "vector")
 _KERNELS = "environments.tag_continuous.kernels"
 
 
@@ -195,8 +196,8 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         1000 × (10+100) and 2.84 → 2.08 ms at 2000 × (5+995), k = 10. Ignored for full
         observation.
       step_impl: how the step's dynamics (spec steps 1–9, before the observation) are
-        computed: ``"auto"`` (the default: ``"xla"``; on an H200 the kernel measured no
-        faster, 0.146 vs 0.144 ms per step at 1000 × (10+100)), ``"xla"`` (plain JAX,
+        computed: ``"auto"`` (the default: ``"vector"`` on GPU when ``impl`` resolves to
+        Pallas, else ``"xla"``), ``"xla"`` (plain JAX,
         ~20 small XLA kernels per batched step) or ``"pallas"`` (one kernel, one program
         per env,
         `environments.tag_continuous.step_kernel`; interpret mode off GPU;
@@ -207,6 +208,15 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         H200 check (`experiments.benchmarks.step_kernel_probe`) found 0.4–0.9% of the
         outputs bitwise different with a largest float difference of 0 (signed zeros or
         integer fields: the probe now names the leaves), not yet explained.
+        ``"vector"``: `jaxdrive.vectorize`'s batched step and auto-reset (shared params,
+        no reset pool) run as one kernel over the whole batch
+        (`environments.tag_continuous.vector_step`; it also writes the TimeStep's group
+        arrays, the per-env scalars and, for partial observation below 256 agents, the
+        search's and the observation writer's inputs), then the observations; a single
+        env's `step` uses the XLA form. Same values bit for bit on the CPU (tests); on
+        an H200 equal as numbers, with the one-kernel step's signed zeros (above), and
+        faster: env-only steps 0.0961 → 0.0856 ms at 1000 × (10+100), 1.484 → 1.449 ms
+        at 2000 × (5+995) (`experiments.benchmarks.vector_step_probe` checks it).
 
     Groups: ``"tagger"`` (``T`` agents, the tagger ids in increasing order) and
     ``"runner"`` (the other ids, increasing). Agent type: tagger 1, runner 0.
@@ -432,9 +442,14 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         return "pallas" if gpu and self._resolved_impl() == "pallas" else "xla"
 
     def _resolved_step_impl(self) -> str:
-        # "auto" stays on XLA: the one-kernel step measured no faster on an H200
-        # (0.146 vs 0.144 ms per step at 1000 x (10+100), experiments/benchmarks/NOTES.md).
-        return "xla" if self.step_impl == "auto" else self.step_impl
+        # "auto": the batched kernel on GPU with the Pallas searches (H200, env-only
+        # steps, 2026-11-24: 0.0961 -> 0.0856 ms at 1000 x (10+100), 1.484 -> 1.449 ms
+        # at 2000 x (5+995)); XLA elsewhere (interpret mode is slow). The one-program-
+        # per-env "pallas" kernel measured no faster (experiments/benchmarks/NOTES.md).
+        if self.step_impl != "auto":
+            return self.step_impl
+        gpu = jax.default_backend() == "gpu"
+        return "vector" if gpu and self._resolved_impl() == "pallas" else "xla"
 
     def _search_module(self):
         """The module providing ``nearest_k``/``nearest_tagger`` and the kwargs to pass."""
@@ -648,7 +663,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         validate_params(params)
         p = self._f32(params)
         m = self.num_agents_total
-        u = jax.random.uniform(key, (3, m), jnp.float32)  # one draw: cheaper to compile
+        u = self._reset_uniforms(key)
         zeros = jnp.zeros((m,), jnp.float32)
         quarter = jnp.minimum(jnp.floor(u[2] * 4.0), 3.0)  # uniform in {0, 1, 2, 3}
         state = TagState(
@@ -663,6 +678,10 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         false = jnp.zeros((m,), bool)
         ts = self._timestep(state, params, zeros, false, jnp.asarray(False), jnp.int32(0))
         return state, ts
+
+    def _reset_uniforms(self, key: jax.Array) -> jax.Array:
+        """``[3, M]`` float32: the uniforms a reset draws from ``key`` (x, y, direction)."""
+        return jax.random.uniform(key, (3, self.num_agents_total), jnp.float32)  # one draw
 
     def step_env(
         self,
@@ -745,6 +764,35 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
     ) -> tuple[TagState, TimeStep]:
         """`step_env` with the dynamics in one kernel (`step_kernel.tag_step`; ``options``:
         its ``fence_products``/``num_warps``/``interpret``), then the same TimeStep."""
+        pvec = self._kernel_params(params)
+        options.setdefault("interpret", jax.default_backend() != "gpu")
+        x, y, speed, theta, acc, in_game, reward, terminated, done, num_tags = step_kernel.tag_step(
+            pvec,
+            state.x,
+            state.y,
+            state.speed,
+            state.direction,
+            state.acceleration,
+            state.in_game,
+            state.t,
+            actions["tagger"],
+            actions["runner"],
+            tagger_ids=self.tagger_ids,
+            num_acceleration_levels=self.num_acceleration_levels,
+            num_turn_levels=self.num_turn_levels,
+            episode_length=self.episode_length,
+            runner_exits_game_after_tagged=self.runner_exits_game_after_tagged,
+            **options,
+        )
+        new = TagState(
+            x=x, y=y, speed=speed, direction=theta, acceleration=acc, in_game=in_game,
+            t=state.t + 1,
+        )  # fmt: skip
+        ts = self._timestep(new, params, reward, terminated, done, num_tags)
+        return new, ts
+
+    def _kernel_params(self, params: TagContinuousParams) -> jax.Array:
+        """The step kernels' parameter vector ``[step_kernel.num_params(la, lt)]``."""
         p = self._f32(params)
         la, lt = self.num_acceleration_levels, self.num_turn_levels
         # The tables as `action_values` computes them eagerly (np.linspace's float32
@@ -765,16 +813,50 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             "step_reward_for_runner": p.step_reward_for_runner,
             "end_of_game_reward_for_runner": p.end_of_game_reward_for_runner,
         }
-        pvec = jnp.concatenate(
+        return jnp.concatenate(
             [
                 jnp.stack([scalars[name] for name in step_kernel.PARAMS]),
                 action_values(a_lo, a_hi, la),
                 action_values(t_lo, t_hi, lt),
             ]
         )
+
+    def vector_step(
+        self,
+        reset_keys: jax.Array | None,
+        state: TagState,
+        actions: dict[str, jax.Array],
+        params: TagContinuousParams,
+        **options: Any,
+    ) -> tuple[TagState, TimeStep] | None:
+        """With ``step_impl="vector"``: a batch's step and auto-reset by one kernel
+        (`vector_step.tag_vector_step`; ``options``: its ``fence_products``,
+        ``envs_per_program``, ``num_warps``, ``interpret``), then the observations of the
+        new states; see `jaxdrive.Env.vector_step`. Otherwise ``None``."""
+        if self._resolved_step_impl() != "vector":
+            return None
+        validate_params(params)
+        actions = jax.vmap(functools.partial(check_actions, self))(actions)
+        u = None if reset_keys is None else jax.vmap(self._reset_uniforms)(reset_keys)
         options.setdefault("interpret", jax.default_backend() != "gpu")
-        x, y, speed, theta, acc, in_game, reward, terminated, done, num_tags = step_kernel.tag_step(
-            pvec,
+        p = self._f32(params)
+        # The observations' inputs the kernel can write too: the brute-force search's
+        # padded positions and the writer's feature table (partial observation by the
+        # Pallas search and writer, below `kernels.SORTED_MIN_AGENTS` agents).
+        search, kw = self._search_module()
+        m = self.num_agents_total
+        padding = None
+        if (
+            not self.use_full_observation
+            and search is not neighbors
+            and self._resolved_knn_obs_impl() == "pallas"
+            and search._resolve_method(None, m) == "brute"
+        ):
+            mq, mc = search.brute_padding(m, kw.get("interpret"))
+            if max(mq, mc) <= max(2, 1 << (m - 1).bit_length()):
+                padding = (mq, mc)
+        out = vector_step.tag_vector_step(
+            [getattr(p, name) for name in vector_step.RAW_PARAMS],
             state.x,
             state.y,
             state.speed,
@@ -784,16 +866,48 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             state.t,
             actions["tagger"],
             actions["runner"],
+            u,
             tagger_ids=self.tagger_ids,
-            num_acceleration_levels=la,
-            num_turn_levels=lt,
+            num_acceleration_levels=self.num_acceleration_levels,
+            num_turn_levels=self.num_turn_levels,
             episode_length=self.episode_length,
             runner_exits_game_after_tagged=self.runner_exits_game_after_tagged,
+            search_padding=padding,
+            feature_table=padding is not None,
             **options,
         )
         new = TagState(
-            x=x, y=y, speed=speed, direction=theta, acceleration=acc, in_game=in_game,
-            t=state.t + 1,
+            x=out.x, y=out.y, speed=out.speed, direction=out.direction,
+            acceleration=out.acceleration, in_game=out.in_game, t=out.t,
         )  # fmt: skip
-        ts = self._timestep(new, params, reward, terminated, done, num_tags)
+        if padding is None:
+            obs = jax.vmap(self.observations, in_axes=(0, None))(new, params)
+        else:  # as `observations` builds them, from the kernel's search inputs and table
+            k = self.num_other_agents_observed
+            lists = search.brute_lists_padded(*out.search, m, k, interpret=kw.get("interpret"))
+            ids = {g: self.group_ids(g) for g in self.groups}
+            contiguous = all(i == tuple(range(i[0], i[0] + len(i))) for i in ids.values())
+
+            def observe(state, lists, table):
+                return {
+                    g: self._observe_knn(
+                        state, params, i, lists, None, alone=contiguous, table=table
+                    )
+                    for g, i in ids.items()
+                }
+
+            obs = jax.vmap(observe)(new, lists, out.table)
+
+        def groups(pair):
+            return dict(zip(("tagger", "runner"), pair, strict=True))
+
+        ts = TimeStep(
+            obs=obs,
+            reward=groups(out.reward),
+            terminated=groups(out.terminated),
+            truncated=groups(out.truncated),
+            active=groups(out.active),
+            done=out.done,
+            extras={"num_runners_left": out.runners_left, "num_tags": out.num_tags},
+        )
         return new, ts

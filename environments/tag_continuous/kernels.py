@@ -107,6 +107,8 @@ __all__ = [
     "SORTED_MIN_AGENTS",
     "SORT_KEYS",
     "SORT_KEY_FORMS",
+    "brute_lists_padded",
+    "brute_padding",
     "nearest_k",
     "nearest_k_batched",
     "nearest_k_brute_batched",
@@ -392,11 +394,50 @@ def nearest_k_brute_batched(
     )  # fmt: skip
 
 
+def brute_padding(m: int, interpret: bool | None = None) -> tuple[int, int]:
+    """``(MQ, MC)``: the lengths the brute-force kernel pads an env's ``M`` query and
+    candidate positions to, with its default blocks (`brute_lists_padded`)."""
+    interpret = _resolve_interpret(interpret)
+    bm = min(32, _next_pow2(m))
+    return _round_up(m, bm), _round_up(m, 1 if interpret else BRUTE_UNROLL)
+
+
+def brute_lists_padded(
+    xq: jax.Array,
+    yq: jax.Array,
+    xc: jax.Array,
+    yc: jax.Array,
+    m: int,
+    k: int,
+    *,
+    interpret: bool | None = None,
+) -> jax.Array:
+    """The brute-force kernel's lists ``[N, M, k]`` int32 (``-1`` = none) from inputs
+    already padded (`brute_padding`'s lengths, default blocks): ``xq, yq [N, MQ]`` the
+    positions (any value past ``M``), ``xc, yc [N, MC]`` the positions with ``+inf``
+    where an agent is out of the game and past ``M`` (what the search would pad; the
+    batched Tag step writes them, `vector_step`)."""
+    mq, mc = brute_padding(m, interpret)
+    n = xq.shape[0]
+    if xq.shape != (n, mq) or yq.shape != (n, mq) or xc.shape != (n, mc) or yc.shape != (n, mc):
+        raise ValueError(
+            f"brute_lists_padded needs xq, yq [N, {mq}] and xc, yc [N, {mc}], got "
+            f"{xq.shape}, {yq.shape}, {xc.shape}, {yc.shape}"
+        )
+    dummy = jnp.zeros((n, m), jnp.float32)
+    return _brute_lists(
+        dummy, dummy, jnp.zeros((n, m), bool), k, block_rows=None, block_cols=None,
+        num_warps=None, num_stages=None, split_self_range=None, interpret=interpret,
+        padded=(xq, yq, xc, yc),
+    )  # fmt: skip
+
+
 def _brute_lists(
     x, y, in_game, k, *, block_rows, block_cols, num_warps, num_stages, split_self_range,
-    interpret, packed_keys=None,
+    interpret, packed_keys=None, padded=None,
 ) -> jax.Array:  # fmt: skip
-    """The brute-force kernel's lists ``[N, M, k]`` int32, ``-1`` = none."""
+    """The brute-force kernel's lists ``[N, M, k]`` int32, ``-1`` = none (``padded``: the
+    kernel's inputs, see `brute_lists_padded`; ``x, y, in_game`` then give shapes only)."""
     k, x, y, in_game = _check_batched_inputs(x, y, in_game, k)
     n, m = x.shape
     interpret = _resolve_interpret(interpret)
@@ -405,11 +446,14 @@ def _brute_lists(
     u = _check_block("block_cols", default_u if block_cols is None else block_cols)
     split = (not interpret) if split_self_range is None else bool(split_self_range)
     mq, mc = _round_up(m, bm), _round_up(m, u)
-    xq = jnp.pad(x, ((0, 0), (0, mq - m)))
-    yq = jnp.pad(y, ((0, 0), (0, mq - m)))
-    # Candidates out of the game and the padding sit at +inf: their distance is +inf.
-    xc = jnp.pad(jnp.where(in_game, x, _INF), ((0, 0), (0, mc - m)), constant_values=_INF)
-    yc = jnp.pad(jnp.where(in_game, y, _INF), ((0, 0), (0, mc - m)), constant_values=_INF)
+    if padded is not None:
+        xq, yq, xc, yc = padded
+    else:
+        xq = jnp.pad(x, ((0, 0), (0, mq - m)))
+        yq = jnp.pad(y, ((0, 0), (0, mq - m)))
+        # Candidates out of the game and the padding sit at +inf: their distance is +inf.
+        xc = jnp.pad(jnp.where(in_game, x, _INF), ((0, 0), (0, mc - m)), constant_values=_INF)
+        yc = jnp.pad(jnp.where(in_game, y, _INF), ((0, 0), (0, mc - m)), constant_values=_INF)
 
     kernel = functools.partial(
         _nearest_k_kernel, k=k, bm=bm, unroll=u, mc=mc, split=split, m=m,

@@ -256,6 +256,7 @@ def knn_obs_pallas(
     block_size: int | None = None,
     num_warps: int | None = None,
     interpret: bool | None = None,
+    table: jax.Array | None = None,
 ) -> jax.Array:
     """The Pallas (Triton) kernel: ``[n, 7k+1]`` float32, written once in its final layout.
 
@@ -269,8 +270,12 @@ def knn_obs_pallas(
         prepends the env axis under `jax.vmap`).
       num_warps: Triton warps (default ``max(1, min(4, B // 256))``).
       interpret: Pallas interpret mode; ``None``: only when the default backend is CPU.
+      table: the agent-major feature table ``[8M]`` (`_agent_major(feats, in_game)`), if
+        already built (the batched Tag step writes it); ``feats`` then gives shapes only.
     """
     m, k = _check(feats, idx, valid, scale, in_game)
+    if table is not None and table.shape != (_ROW * m,):
+        raise ValueError(f"table must be [{_ROW * m}], got {table.shape}")
     ids, lo = _row_ids(rows, m)
     n, d = ids.size, obs_size(k)
     total = n * d
@@ -285,7 +290,7 @@ def knn_obs_pallas(
     if reciprocal:
         scale = jnp.float32(1.0) / scale
     args = [
-        _agent_major(feats, in_game),
+        _agent_major(feats, in_game) if table is None else table.astype(jnp.float32),
         _encode(idx, valid),
         scale,
         jnp.reshape(time, (1,)).astype(jnp.float32),

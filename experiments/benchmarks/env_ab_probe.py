@@ -9,7 +9,10 @@ partial observation of ``--k`` neighbours, the Pallas searches) and each variant
 ``knn_obs_impl[/setting=value...]``: the env's observation writer and module defaults
 read when the env is traced (`SETTINGS`: ``chunk`` = `kernels.CHUNK_SIZE`, ``unroll`` =
 `kernels.BRUTE_UNROLL`, ``sort`` = `kernels.SORT_KEYS`, ``block`` =
-`knn_obs.DEFAULT_BLOCK`, ``order`` = `kernels.CHUNK_ORDER`), restored afterwards. The
+`knn_obs.DEFAULT_BLOCK`, ``order`` = `kernels.CHUNK_ORDER`, ``elements`` =
+`vector_step.DEFAULT_ELEMENTS`, ``warps`` = `vector_step.DEFAULT_WARPS`), restored
+afterwards, the env's ``step`` (``step_impl``)
+and the harness's ``fold`` (`time_env_steps`'s, 1 or 0). The
 variants run in turn ``--rounds`` times, so drift over time shows as the spread of one
 variant's rounds, not as a difference between variants. Before timing, each variant's
 observations after ``--check_steps`` random steps are compared with the first
@@ -30,7 +33,7 @@ from typing import Any
 import jax
 from absl import app, flags
 
-from environments.tag_continuous import kernels, knn_obs
+from environments.tag_continuous import kernels, knn_obs, vector_step
 from experiments.benchmarks.knn_obs_probe import check_states, compare, make_env, parse_config
 from experiments.benchmarks.timing import append_jsonl, device_info, time_env_steps
 
@@ -47,6 +50,10 @@ SETTINGS = {
     "sort": (kernels, "SORT_KEYS", kernels.SORT_KEY_FORMS),  # curve sort: packed / argsort
     "block": (knn_obs, "DEFAULT_BLOCK", "pow2"),  # observation writer: elements per program
     "order": (kernels, "CHUNK_ORDER", kernels.CHUNK_ORDERS),  # sorted search: chunk order
+    "elements": (vector_step, "DEFAULT_ELEMENTS", "pow2"),  # batched step: per program
+    "warps": (vector_step, "DEFAULT_WARPS", "pow2"),  # batched step: Triton warps
+    "step": (None, "step_impl", ("auto", "xla", "pallas", "vector")),  # env's step_impl
+    "fold": (None, "fold", ("1", "0")),  # the harness's output folds
 }
 
 
@@ -108,13 +115,15 @@ def run_variant(
     """Times one variant (its settings applied while the env is traced, then restored);
     returns the timing record and, with ``check_steps``, the observations to compare."""
     form, settings = variant
-    saved = [(SETTINGS[name], getattr(*SETTINGS[name][:2])) for name, _ in settings]
+    given = dict(settings)
+    module_settings = [(name, v) for name, v in settings if SETTINGS[name][0] is not None]
+    saved = [(SETTINGS[name], getattr(*SETTINGS[name][:2])) for name, _ in module_settings]
     try:
-        for name, value in settings:
+        for name, value in module_settings:
             setattr(*SETTINGS[name][:2], value)
-        env, params = make_env(t, r, k, form)
+        env, params = make_env(t, r, k, form, step_impl=given.get("step", "auto"))
         obs = _observations_after(env, params, n, check_steps) if check_steps else None
-        rec = time_env_steps(env, params, n, num_steps, repeats)
+        rec = time_env_steps(env, params, n, num_steps, repeats, fold=given.get("fold", "1") == "1")
     finally:
         for (module, attr, _), value in reversed(saved):
             setattr(module, attr, value)

@@ -100,10 +100,12 @@ def parse_config(text: str) -> tuple[int, int, int]:
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 
-def make_env(taggers: int, runners: int, k: int, form: str, impl: str = "pallas"):
+def make_env(
+    taggers: int, runners: int, k: int, form: str, impl: str = "pallas", step_impl: str = "auto"
+):
     """WarpDrive's Tag config (`experiments.benchmarks.run.make_tag`) with partial
     observation of ``k`` neighbours assembled by ``form``; returns ``(env, params)``."""
-    return make_tag(taggers, runners, False, k, impl, knn_obs_impl=form)
+    return make_tag(taggers, runners, False, k, impl, knn_obs_impl=form, step_impl=step_impl)
 
 
 # ---------------------------------------------------------------------------- check

@@ -36,6 +36,8 @@ flags.DEFINE_bool("auto_reset", True, "env-only targets: auto-reset finished env
 flags.DEFINE_integer("cartpole_envs", 1000, "cartpole_env: number of envs")
 flags.DEFINE_enum("reset_mode", "auto", ["auto", "select", "cond"], "cartpole_env: auto-reset mode")
 flags.DEFINE_string("impl", "auto", "Tag neighbour search: auto | jax | pallas")
+flags.DEFINE_string("step_impl", "auto", "Tag step: auto | xla | pallas | vector")
+flags.DEFINE_bool("fold", True, "env-only targets: the harness's output folds (time_env_steps)")
 flags.DEFINE_bool("hlo", True, "print the top kernels' HLO instructions")
 flags.DEFINE_multi_string(
     "override",
@@ -143,10 +145,11 @@ def _run_target(name: str, tiny: bool, trace_dir: str) -> dict[str, Any]:
             use_full_observation=full,
             num_other_agents_observed=min(10, t + r - 1),
             impl=FLAGS.impl,
+            step_impl=FLAGS.step_impl,
         )
         return time_env_steps(
             env, params, n, 10 if tiny else 100, 3, profile_dir=trace_dir,
-            auto_reset=FLAGS.auto_reset,
+            auto_reset=FLAGS.auto_reset, fold=FLAGS.fold,
         )  # fmt: skip
     if name == "cartpole_env":
         env, params = jaxdrive.make("CartPole-v1")

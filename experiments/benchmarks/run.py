@@ -59,8 +59,15 @@ flags.DEFINE_enum(
 flags.DEFINE_enum(
     "tag_step_impl",
     "auto",
-    ["auto", "xla", "pallas"],
+    ["auto", "xla", "pallas", "vector"],
     "TagContinuous step_impl of the Tag env and train suites (the step's dynamics)",
+)
+flags.DEFINE_bool(
+    "tag_fold",
+    False,
+    "Tag env-only rows: the harness also sums rewards, the observations' time column and "
+    "the done flags into a scalar each step (every Tag env figure before 2026-11-24's "
+    "run 14; the whole timestep is carried either way, so nothing is dead-code-eliminated)",
 )
 flags.DEFINE_enum(
     "tag_dense_impl",
@@ -181,9 +188,12 @@ def run_suite(
     reset_mode: str = "auto",
     knn_obs_impl: str = "auto",
     step_impl: str = "auto",
+    fold: bool = False,
 ) -> list[dict[str, Any]]:
     """Runs one suite; returns its records (also used by the tests at tiny sizes).
-    ``knn_obs_impl``, ``step_impl``: the Tag envs' (see `TagContinuous`)."""
+    ``knn_obs_impl``, ``step_impl``: the Tag envs' (see `TagContinuous`); ``fold``: the
+    Tag rows' harness also sums outputs into a scalar each step (`time_env_steps`; the
+    CartPole rows always do, as gymnax's anchor script does)."""
     import jaxdrive
     from experiments.benchmarks.timing import device_info, time_env_steps
 
@@ -192,7 +202,7 @@ def run_suite(
     for n, t, r, full, k in TAG_CONFIGS.get(suite, []):
         for impl in impls:
             env, params = make_tag(t, r, full, k, impl, knn_obs_impl, step_impl)
-            rec = time_env_steps(env, params, n, num_steps, repeats)
+            rec = time_env_steps(env, params, n, num_steps, repeats, fold=fold)
             rec.update(
                 bench="tag_continuous_env",
                 impl=impl,
@@ -494,6 +504,8 @@ def _row(rec: dict[str, Any]) -> str:
         what = f"{rec['num_envs']}x({rec['num_taggers']}+{rec['num_runners']}) {obs}"
     else:
         what = f"{rec['num_envs']} envs"
+        if rec.get("fold"):
+            what += " fold"
     mem = rec.get("peak_memory_bytes")
     mem_s = f"{mem / 2**30:7.2f} GiB" if mem else "      n/a"
     return (
@@ -561,7 +573,7 @@ def main(argv: list[str]) -> None:
     impls = [s for s in FLAGS.impls.split(",") if s]
     records = run_suite(
         FLAGS.suite, FLAGS.num_steps, FLAGS.repeats, impls, FLAGS.reset_mode,
-        FLAGS.tag_knn_obs_impl, FLAGS.tag_step_impl,
+        FLAGS.tag_knn_obs_impl, FLAGS.tag_step_impl, FLAGS.tag_fold,
     )  # fmt: skip
     import jax
 

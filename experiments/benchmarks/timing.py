@@ -2,9 +2,14 @@
 
 Env-only stepping: one jitted program resets ``N`` envs (outside the timed region),
 then runs a `lax.scan` of ``T`` steps; each step draws uniform random actions on the
-device, steps every env (auto-reset on), and folds reward and an observation checksum
-into the carry so nothing is dead-code-eliminated. The last timestep is part of the
-carry, so every step's observations are materialised. Compile is excluded; the
+device, steps every env (auto-reset on), and carries the state and the whole timestep
+(observations, rewards, flags, extras) to the next step and out of the program, so
+nothing the env computes is dead-code-eliminated: every step's outputs are
+materialised. With ``fold=True`` (the default, and every figure recorded before
+2026-11-25) it also sums the rewards, the observations' time column and the done flags
+into a scalar of the carry: extra reductions that cost the harness ≈ 15% of a Tag step
+at 1000 × (10+100) on an H200 (`experiments/benchmarks/NOTES.md`); ``fold=False`` times
+the env's own work only. Compile is excluded; the
 figure is the median over ``repeats`` timed calls, each ended by
 ``block_until_ready``. No host transfer happens inside a timed call.
 """
@@ -96,11 +101,13 @@ def time_env_steps(
     profile_dir: str | None = None,
     auto_reset: bool = True,
     reset_mode: str = "auto",
+    fold: bool = True,
 ) -> dict[str, Any]:
     """Times env-only stepping (see the module docstring); returns a result record.
 
     With ``profile_dir``, one extra call (after the timed ones) is traced there;
-    ``auto_reset=False`` times the step without the batch's reset check."""
+    ``auto_reset=False`` times the step without the batch's reset check; ``fold``: also
+    sum outputs into a scalar each step (module docstring)."""
     venv = jaxdrive.vectorize(env, num_envs, auto_reset=auto_reset, reset_mode=reset_mode)
     policy = jaxdrive.random_policy(env)
 
@@ -115,9 +122,10 @@ def time_env_steps(
             k_act, k_env = jax.random.split(k)
             actions = policy(k_act, ts.obs)
             state, ts = venv.step(k_env, state, actions, params)
-            acc = acc + sum(jnp.sum(r) for r in ts.reward.values())
-            acc = acc + sum(jnp.sum(o[:, :, -1]) for o in ts.obs.values())
-            acc = acc + jnp.sum(ts.done)
+            if fold:
+                acc = acc + sum(jnp.sum(r) for r in ts.reward.values())
+                acc = acc + sum(jnp.sum(o[:, :, -1]) for o in ts.obs.values())
+                acc = acc + jnp.sum(ts.done)
             return (state, ts, acc), None
 
         keys = jax.random.split(key, num_steps)
@@ -153,6 +161,7 @@ def time_env_steps(
         "agent_steps_per_s": num_envs * num_steps * agents / med,
         "ms_per_batch_step": 1e3 * med / num_steps,
         "peak_memory_bytes": peak_memory_bytes(),
+        "fold": bool(fold),
         **({"_hlo": compiled.as_text()} if profile_dir else {}),
     }
 

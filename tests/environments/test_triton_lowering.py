@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from environments.tag_continuous import full_obs, kernels, knn_obs, step_kernel
+from environments.tag_continuous import full_obs, kernels, knn_obs, step_kernel, vector_step
 from environments.tag_continuous.env import action_values
 
 N, T, R = 3, 4, 40
@@ -124,6 +124,35 @@ def test_step_kernel_lowers_to_triton(fence: bool, tagger_ids) -> None:
         return jax.vmap(one)(x, y, z, z, z, g, t, act_t, act_r)
 
     assert _lowered_triton_calls(fn, x, y, z, g, t, act_t, act_r) == 1
+
+
+@pytest.mark.parametrize(
+    ("tagger_ids", "reset", "extras"),
+    [
+        (tuple(range(T)), True, True),  # unrolled tagger loops, all outputs
+        (tuple(range(0, 2 * (vector_step.UNROLL_TAGGERS + 1), 2)), False, False),  # fori loops
+    ],
+)
+def test_vector_step_lowers_to_triton(tagger_ids, reset: bool, extras: bool) -> None:
+    x, y, g = _positions()
+    nt = len(tagger_ids)
+    vals = [jnp.float32(1.0)] * len(vector_step.RAW_PARAMS)
+    z = jnp.zeros_like(x)
+    t = jnp.zeros((N,), jnp.int32)
+    act_t = jnp.zeros((N, nt, 2), jnp.int32)
+    act_r = jnp.ones((N, M - nt, 2), jnp.int32)
+    u = jnp.zeros((N, 3, M), jnp.float32)
+    padding = kernels.brute_padding(M, interpret=False) if extras else None
+
+    def fn(x, y, g):
+        return vector_step.tag_vector_step(
+            vals, x, y, z, z, z, g, t, act_t, act_r, u if reset else None,
+            tagger_ids=tagger_ids, num_acceleration_levels=6, num_turn_levels=6,
+            episode_length=50, runner_exits_game_after_tagged=True, search_padding=padding,
+            feature_table=extras, interpret=False,
+        )  # fmt: skip
+
+    assert _lowered_triton_calls(fn, x, y, g) == 1
 
 
 def test_lowering_check_sees_interpret_mode() -> None:

@@ -1,0 +1,527 @@
+"""TagContinuous's batched step with auto-reset: one Pallas (Triton) kernel for ``N`` envs.
+
+`tag_vector_step` computes what `jaxdrive.vectorize`'s ``step`` computes for a batch of
+TagContinuous envs (shared params) before the observations are built: every env's step
+(spec steps 1–9: turn, accelerate, cap, move and clip, edge and step rewards, tagging,
+the taggers' race-free gains, runners leaving, end of game, done), then, with
+``auto_reset``, the start state drawn for each env (``x, y = u₀·L, u₁·L``, direction
+``min(⌊4u₂⌋, 3)·π/2``, speed and acceleration 0, all in the game, ``t = 0``) selected
+where the episode ended. It also writes the TimeStep's per-group arrays (reward,
+terminated, truncated, active) and per-env scalars (done, runners left, tags), so the
+XLA program around it has no slices, selects or reductions of its own left.
+
+Why: the vmapped XLA step is ≈ 20 small kernels per batch step (dynamics, clamps, the
+nearest-tagger search, the tag scatter-add, reductions for done, the reset's select,
+group slices, pads), each a launch of 1–4 µs at 1000 × (10+100) on an H200, ≈ 40 µs in
+all against ≈ 3 µs to move the ≈ 8 MB the step reads and writes
+(`experiments/benchmarks/NOTES.md`). The one-program-per-env kernel of
+`environments.tag_continuous.step_kernel` did not gain: 1000 programs of one env each,
+whose loops over taggers reduce across warps. Here a program holds ``E`` envs as the
+rows of ``[E, MP]`` tiles (``MP`` the next power of two of ``M``, one agent per column),
+so the tagger loop's reductions run along rows for ``E`` envs at once.
+
+Dimension letters: ``N`` envs, ``M = T + R`` agents (id order), ``T`` taggers, ``R``
+runners, ``E`` envs per program, ``MP`` lanes per env (columns past ``M`` are masked).
+
+Layout: every array is passed flat (``[N·M]``, ``[N·T·2]``, ``[N·3·M]``, ``[N]``) and read
+by pointer-style gathers at computed indices (an env's row clamped to ``N − 1`` and its
+column to ``M − 1``, the tail masked at the stores), so XLA pads nothing; the per-group
+outputs are scattered through a constant table of each agent's position in its group.
+
+Bit-exactness: the step's operations are those of `step_kernel` (the XLA step's, in the
+same order; see its docstring for ``cos``/``sin``/``sqrt`` and FMA contraction on GPU,
+and ``fence_products``), and the reset's are ``reset_env``'s, so in Pallas interpret
+mode on the CPU the outputs equal the vmapped XLA step and reset bit for bit (tests).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pl_triton
+
+from environments.tag_continuous.full_obs import _div_rn
+from environments.tag_continuous.step_kernel import _fence
+
+__all__ = [
+    "DEFAULT_ELEMENTS",
+    "DEFAULT_WARPS",
+    "RAW_PARAMS",
+    "TABLE_ROW",
+    "UNROLL_TAGGERS",
+    "VectorStepOut",
+    "tag_vector_step",
+]
+
+#: The env params the kernel reads, in `TagContinuousParams` field order: each passed as
+#: its own ``[1]`` float32 array (no concatenation kernel per step).
+RAW_PARAMS = (
+    "grid_length",
+    "max_speed",
+    "skill_level_tagger",
+    "skill_level_runner",
+    "min_acceleration",
+    "max_acceleration",
+    "min_turn",
+    "max_turn",
+    "edge_hit_penalty",
+    "tagging_distance",
+    "tag_reward_for_tagger",
+    "tag_penalty_for_runner",
+    "step_penalty_for_tagger",
+    "step_reward_for_runner",
+    "end_of_game_reward_for_runner",
+)
+_TWO_PI = np.float32(2.0 * np.pi)
+_HALF_PI = np.float32(np.pi / 2)
+#: Features per agent in the observation writer's agent-major table
+#: (`knn_obs._agent_major`): x, y, speed, acceleration, direction, type, in-game, in-game.
+TABLE_ROW = 8
+
+#: Default elements (envs × lanes) per program: ``E = max(1, DEFAULT_ELEMENTS // MP)``
+#: (H200, 1000 × (10+100): 128 with one warp 25.0 µs, 512 with four 28.8 µs, in the
+#: probe's scan; `experiments/benchmarks/NOTES.md`).
+DEFAULT_ELEMENTS = 128
+#: Default Triton warps per program (``None``: ``max(1, min(8, E·MP // 512))``).
+DEFAULT_WARPS: int | None = None
+#: Taggers up to this many are looped over statically (unrolled: the per-tagger row
+#: reductions overlap); more go through a `lax.fori_loop` over a table of their ids.
+UNROLL_TAGGERS = 16
+#: Probe-only ablation (`experiments.benchmarks.vector_step_probe`): parts of the kernel
+#: left out to time the rest, giving wrong results: ``"tagging"`` (the nearest-tagger
+#: loop and the gains), ``"tables"`` (the action tables), ``"trig"`` (cos and sin).
+_ABLATE: frozenset[str] = frozenset()
+
+
+def _next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+class _Layout(NamedTuple):
+    """Static sizes: ``mq``/``mc`` the lanes of the search's padded query/candidate rows
+    (0: not written)."""
+
+    n: int
+    m: int
+    mp: int
+    be: int
+    nt: int
+    nr: int
+    la: int
+    lt: int
+    mq: int
+    mc: int
+
+
+def _vector_kernel(
+    *refs, lay, ids, episode_length, exits, fence, reset, table_out, interpret
+):  # fmt: skip
+    """``E`` envs of a batch; the refs are `tag_vector_step`'s inputs then outputs."""
+    n, m, mp, be, nt, nr, la, lt, mq, mc = lay
+    refs = list(refs)
+    prm = {name: refs.pop(0) for name in RAW_PARAMS}
+    kind_ref, pos_ref = refs.pop(0), refs.pop(0)
+    tid_ref = refs.pop(0) if ids is None else None
+    x_ref, y_ref, v_ref, th_ref, a_ref, g_ref, t_ref, at_ref, ar_ref = refs[:9]
+    del refs[:9]
+    u_ref = refs.pop(0) if reset else None
+    (xo_ref, yo_ref, vo_ref, tho_ref, ao_ref, go_ref, to_ref, rew_t_ref, rew_r_ref,
+     term_t_ref, term_r_ref, trunc_t_ref, trunc_r_ref, act_t_ref, act_r_ref, done_ref,
+     left_ref, tags_ref) = refs[:18]  # fmt: skip
+    del refs[:18]
+    search_refs = refs[:4] if mq else None  # xq, yq, xc, yc
+    del refs[: 4 if mq else 0]
+    tab_ref = refs.pop(0) if table_out else None
+    f32 = jnp.float32
+    fz = f32(0.0)
+    mul = (lambda a, b: _fence(a * b)) if fence else (lambda a, b: a * b)
+
+    def param(name):
+        return prm[name][0]
+
+    shape = (be, mp)
+    row = lax.broadcasted_iota(jnp.int32, shape, 0)
+    lane = lax.broadcasted_iota(jnp.int32, shape, 1)
+    env_raw = pl.program_id(0) * be + row
+    valid = (env_raw < n) & (lane < m)  # [E, MP] the elements that exist
+    env = jnp.minimum(env_raw, n - 1)
+    ic = jnp.minimum(lane, m - 1)
+    flat = env * m + ic  # [E, MP] index into the [N·M] arrays
+    is_t = kind_ref[ic] == 1
+    is_r = ~is_t
+    pos = pos_ref[ic]
+    pt = 2 * jnp.minimum(pos, nt - 1)
+    pr = 2 * jnp.minimum(pos, nr - 1)
+    a_acc = jnp.where(is_t, at_ref[env * (2 * nt) + pt], ar_ref[env * (2 * nr) + pr])
+    a_turn = jnp.where(is_t, at_ref[env * (2 * nt) + pt + 1], ar_ref[env * (2 * nr) + pr + 1])
+
+    def table(a, lo, hi, levels):
+        """``action_values(lo, hi, levels)[a]``, as XLA gathers it (indices wrapped if
+        negative, then clamped): 0 for the no-op, else ``(a−1)·step + lo`` with
+        ``step = (hi − lo) / (levels − 1)`` rounded once each (no FMA), ``hi`` last."""
+        a = jnp.where(a < 0, a + (levels + 1), a)
+        a = jnp.minimum(jnp.maximum(a, 0), levels)
+        if levels == 1:
+            val = jnp.broadcast_to(lo, shape)
+        else:
+            # ``+ lo·0``: a divisor XLA cannot see as a constant (interpret mode), as in
+            # `env.action_values`; exact, so the same value on GPU.
+            num, den = hi - lo, f32(levels - 1) + lo * fz
+            num, den = jnp.broadcast_to(num, shape), jnp.broadcast_to(den, shape)
+            step = num / den if interpret else _div_rn(num, den)  # (Triton's asm: tensors)
+            val = _fence((a - 1).astype(f32) * step) + lo
+            val = jnp.where(a == levels, hi, val)
+        return jnp.where(a == 0, fz, val)
+
+    if "tables" in _ABLATE:
+        d_acc, d_turn = a_acc.astype(f32), a_turn.astype(f32)
+    else:
+        d_acc = table(a_acc, param("min_acceleration"), param("max_acceleration"), la)
+        d_turn = table(a_turn, param("min_turn"), param("max_turn"), lt)
+
+    g = g_ref[flat]
+    gf = g.astype(f32)
+    L = param("grid_length")
+    # 1-4: turn (jnp.mod), accelerate, cap the speed (jnp.clip), drop the acceleration.
+    two_pi = f32(_TWO_PI)
+    r = lax.rem(th_ref[flat] + d_turn, two_pi)
+    plus = (r < fz) & (r != fz)  # jnp.mod's fix-up, for a positive divisor
+    theta_in = jnp.where(plus, r + two_pi, r)
+    theta = theta_in * gf
+    acc = a_ref[flat] + d_acc
+    skill = jnp.where(is_t, param("skill_level_tagger"), param("skill_level_runner"))
+    cap = param("max_speed") * skill
+    speed = jnp.minimum(cap, jnp.maximum(fz, v_ref[flat] + acc)) * gf
+    acc = acc * ((speed > fz) & (speed < cap)).astype(f32)
+    # 5: move (cos/sin of ``theta_in``: see `step_kernel`), clip into the square.
+    cos, sin = (lambda v: v, lambda v: v) if "trig" in _ABLATE else (jnp.cos, jnp.sin)
+    x = x_ref[flat] + mul(speed, cos(theta_in))
+    y = y_ref[flat] + mul(speed, sin(theta_in))
+    crossed = ~((x >= fz) & (x <= L) & (y >= fz) & (y <= L))
+    x = jnp.minimum(L, jnp.maximum(fz, x))
+    y = jnp.minimum(L, jnp.maximum(fz, y))
+    # 6: edge penalty and step rewards.
+    step_reward = jnp.where(is_t, param("step_penalty_for_tagger"), param("step_reward_for_runner"))
+    reward = jnp.where(g, mul(param("edge_hit_penalty"), crossed.astype(f32)) + step_reward, fz)
+
+    # 7: tagging: each runner's nearest tagger (lowest index on ties); a tagger's new
+    # position is taken out of its env's row by a masked max (exact).
+    def nearest(j, tid, carry):
+        bd, bj = carry
+        here = lane == tid
+        xt = jnp.max(jnp.where(here, x, -jnp.inf), axis=1, keepdims=True)  # [E, 1]
+        yt = jnp.max(jnp.where(here, y, -jnp.inf), axis=1, keepdims=True)
+        dx = x - xt
+        dy = y - yt
+        d = mul(dx, dx) + dy * dy
+        better = d < bd
+        return jnp.where(better, d, bd), jnp.where(better, j, bj)
+
+    def count(j, tid, c):  # on tagger j's lane: the runners it tags
+        cj = jnp.sum((tagged & (bj == j)).astype(jnp.int32), axis=1, keepdims=True)  # [E, 1]
+        return jnp.where(lane == tid, cj, c)
+
+    def over_taggers(fn, carry):
+        if ids is not None:  # unrolled, the ids static
+            for j, tid in enumerate(ids):
+                carry = fn(j, tid, carry)
+            return carry
+        return lax.fori_loop(0, nt, lambda j, c: fn(j, tid_ref[j], c), carry)
+
+    bd, bj = (jnp.full(shape, jnp.inf, f32), jnp.zeros(shape, jnp.int32))
+    if "tagging" not in _ABLATE:
+        bd, bj = over_taggers(nearest, (bd, bj))
+    threshold = param("tagging_distance") * L
+    tagged = is_r & g & valid & (jnp.sqrt(bd) < threshold)
+    tag_f = tagged.astype(f32)
+    gain_r = param("tag_reward_for_tagger")
+    c = jnp.zeros(shape, jnp.int32)
+    if "tagging" not in _ABLATE:
+        c = over_taggers(count, c)
+
+    def add(i, s):
+        return jnp.where(i < c, s + gain_r, s)
+
+    # ``c`` sequential additions of the reward from +0 on each tagger's lane: what the
+    # reference's segment_sum (a scatter-add of equal values, in any order) gives.
+    gain = lax.fori_loop(0, jnp.max(c), add, jnp.zeros(shape, f32))
+    reward = reward + jnp.where(is_t, gain, tag_f * param("tag_penalty_for_runner"))
+    in_game = g & ~tagged if exits else g
+    # 8: end-of-game reward; 9: done.
+    t1 = t_ref[env] + 1  # [E, MP], equal along rows
+    end = t1 == episode_length
+    reward = reward + jnp.where(end & in_game & is_r, param("end_of_game_reward_for_runner"), fz)
+    left = jnp.sum((in_game & is_r & valid).astype(jnp.int32), axis=1, keepdims=True)  # [E, 1]
+    done = (t1 >= episode_length) | (left == 0)  # [E, MP]
+    terminated = (g & ~in_game) | (done & g)
+    num_tags = jnp.sum(tagged.astype(jnp.int32), axis=1, keepdims=True)
+
+    if reset:  # the start state of `reset_env`, selected where the episode ended
+        base = env * (3 * m) + ic
+        u0, u1, u2 = u_ref[base], u_ref[base + m], u_ref[base + 2 * m]
+        quarter = jnp.minimum(jnp.floor(u2 * f32(4.0)), f32(3.0))
+        x = jnp.where(done, u0 * L, x)
+        y = jnp.where(done, u1 * L, y)
+        speed = jnp.where(done, fz, speed)
+        theta = jnp.where(done, quarter * f32(_HALF_PI), theta)
+        acc = jnp.where(done, fz, acc)
+        in_game = done | in_game
+        t1 = jnp.where(done, 0, t1)
+
+    # Stores are scatters at computed indices; a masked lane's index is made unique and
+    # out of range, so no two lanes name one element (interpret mode writes masked lanes
+    # back as a gather-select-scatter, where a duplicate could undo a real write).
+    spare = row * mp + lane
+
+    def at(mask, idx, size):
+        return jnp.where(mask, idx, size + spare)
+
+    for ref, val in (
+        (xo_ref, x),
+        (yo_ref, y),
+        (vo_ref, speed),
+        (tho_ref, theta),
+        (ao_ref, acc),
+        (go_ref, in_game),
+    ):
+        pl_triton.store(ref.at[at(valid, flat, n * m)], val, mask=valid)
+    false = jnp.zeros(shape, jnp.bool_)
+    mt, mr = valid & is_t, valid & is_r
+    for (t_out, r_out), val in (
+        ((rew_t_ref, rew_r_ref), reward),
+        ((term_t_ref, term_r_ref), terminated),
+        ((trunc_t_ref, trunc_r_ref), false),
+        ((act_t_ref, act_r_ref), in_game),
+    ):
+        pl_triton.store(t_out.at[at(mt, env * nt + pos, n * nt)], val, mask=mt)
+        pl_triton.store(r_out.at[at(mr, env * nr + pos, n * nr)], val, mask=mr)
+    first = valid & (lane == 0)
+    e1 = at(first, env, n)
+    pl_triton.store(to_ref.at[e1], t1, mask=first)
+    pl_triton.store(done_ref.at[e1], done, mask=first)
+    pl_triton.store(left_ref.at[e1], jnp.broadcast_to(left, shape), mask=first)
+    pl_triton.store(tags_ref.at[e1], jnp.broadcast_to(num_tags, shape), mask=first)
+    if search_refs is not None:
+        # the brute-force search's padded rows (`kernels.brute_padding`): queries as
+        # they are (padding lanes: any value), candidates at +inf when out of the game.
+        xq_ref, yq_ref, xc_ref, yc_ref = search_refs
+        here = env_raw < n
+        inf = f32(jnp.inf)
+        mask_q, mask_c = here & (lane < mq), here & (lane < mc)
+        for ref, val, width, mask in (
+            (xq_ref, x, mq, mask_q),
+            (yq_ref, y, mq, mask_q),
+            (xc_ref, jnp.where(in_game & (lane < m), x, inf), mc, mask_c),
+            (yc_ref, jnp.where(in_game & (lane < m), y, inf), mc, mask_c),
+        ):
+            pl_triton.store(ref.at[at(mask, env * width + lane, n * width)], val, mask=mask)
+    if tab_ref is not None:
+        # the observation writer's agent-major feature table (`knn_obs._agent_major`)
+        gf = in_game.astype(f32)
+        base = at(valid, flat * TABLE_ROW, n * m * TABLE_ROW)
+        for f, val in enumerate((x, y, speed, acc, theta, is_t.astype(f32), gf, gf)):
+            pl_triton.store(tab_ref.at[base + f], val, mask=valid)
+
+
+class VectorStepOut(NamedTuple):
+    """`tag_vector_step`'s outputs (see there); group pairs are ``(tagger, runner)``."""
+
+    x: jax.Array
+    y: jax.Array
+    speed: jax.Array
+    direction: jax.Array
+    acceleration: jax.Array
+    in_game: jax.Array
+    t: jax.Array
+    reward: tuple[jax.Array, jax.Array]
+    terminated: tuple[jax.Array, jax.Array]
+    truncated: tuple[jax.Array, jax.Array]
+    active: tuple[jax.Array, jax.Array]
+    done: jax.Array
+    runners_left: jax.Array
+    num_tags: jax.Array
+    search: tuple[jax.Array, jax.Array, jax.Array, jax.Array] | None
+    table: jax.Array | None
+
+
+def tag_vector_step(
+    params: Sequence[jax.Array],
+    x: jax.Array,
+    y: jax.Array,
+    speed: jax.Array,
+    direction: jax.Array,
+    acceleration: jax.Array,
+    in_game: jax.Array,
+    t: jax.Array,
+    act_tagger: jax.Array,
+    act_runner: jax.Array,
+    reset_uniforms: jax.Array | None,
+    *,
+    tagger_ids: Sequence[int],
+    num_acceleration_levels: int,
+    num_turn_levels: int,
+    episode_length: int,
+    runner_exits_game_after_tagged: bool,
+    search_padding: tuple[int, int] | None = None,
+    feature_table: bool = False,
+    fence_products: bool = False,
+    envs_per_program: int | None = None,
+    num_warps: int | None = None,
+    interpret: bool | None = None,
+) -> VectorStepOut:
+    """The step of ``N`` envs, then their auto-reset (see the module docstring).
+
+    Args:
+      params: the ``RAW_PARAMS`` values (scalars, float32), shared by every env.
+      x, y, speed, direction, acceleration: ``[N, M]`` float32, agents in id order.
+      in_game: ``[N, M]`` bool.
+      t: ``[N]`` int32, steps taken before this one.
+      act_tagger, act_runner: ``[N, T, 2]`` and ``[N, R, 2]`` integer action indices.
+      reset_uniforms: ``[N, 3, M]`` float32, the uniforms `TagContinuous.reset_env` draws
+        from each env's reset key; ``None``: no auto-reset.
+      tagger_ids: static sorted tagger ids; the runners are the other ids.
+      search_padding: ``(MQ, MC)``, each at most ``MP``: also write the brute-force
+        search's padded inputs of the new state (`kernels.brute_padding`).
+      feature_table: also write the observation writer's agent-major feature table of
+        the new state (`knn_obs._agent_major`'s layout).
+      fence_products: stop FMA contraction of the step's product-plus-sum forms.
+      envs_per_program: ``E`` (power of two; default ``max(1, DEFAULT_ELEMENTS // MP)``).
+      num_warps: Triton warps (default `DEFAULT_WARPS`, or ``max(1, min(8, E·MP // 512))``).
+      interpret: Pallas interpret mode; ``None``: when the default backend is the CPU.
+
+    Returns:
+      `VectorStepOut`: the new state ``x, y, speed, direction, acceleration [N, M]``
+      float32, ``in_game [N, M]`` bool, ``t [N]`` int32 (after the reset: 0 where done);
+      the TimeStep's ``reward``, ``terminated``, ``truncated`` (all False) and ``active``
+      (the new state's in-game flags), each a pair ``([N, T], [N, R])``; ``done``
+      ``[N]`` bool, ``runners_left`` and ``num_tags`` ``[N]`` int32 (of the step, before
+      the reset); ``search``: ``(xq, yq [N, MQ], xc, yc [N, MC])`` or ``None``;
+      ``table``: ``[N, 8M]`` float32 or ``None``.
+    """
+    n, m = x.shape
+    ids = tuple(int(i) for i in tagger_ids)
+    nt = len(ids)
+    nr = m - nt
+    if nt < 1 or nr < 1:
+        raise ValueError(f"tag_vector_step needs taggers and runners, got T={nt}, R={nr}")
+    if len(params) != len(RAW_PARAMS):
+        raise ValueError(f"params must be the {len(RAW_PARAMS)} RAW_PARAMS, got {len(params)}")
+    for name, arr in (
+        ("y", y), ("speed", speed), ("direction", direction), ("acceleration", acceleration),
+        ("in_game", in_game),
+    ):  # fmt: skip
+        if arr.shape != (n, m):
+            raise ValueError(f"{name} must be [{n}, {m}] like x, got {arr.shape}")
+    if t.shape != (n,):
+        raise ValueError(f"t must be [{n}], got {t.shape}")
+    if act_tagger.shape != (n, nt, 2) or act_runner.shape != (n, nr, 2):
+        raise ValueError(
+            f"actions must be [{n}, {nt}, 2] and [{n}, {nr}, 2], got "
+            f"{act_tagger.shape}, {act_runner.shape}"
+        )
+    reset = reset_uniforms is not None
+    if reset and reset_uniforms.shape != (n, 3, m):
+        raise ValueError(f"reset_uniforms must be [{n}, 3, {m}], got {reset_uniforms.shape}")
+    la, lt = int(num_acceleration_levels), int(num_turn_levels)
+    mp = max(2, _next_pow2(m))
+    mq, mc = (0, 0) if search_padding is None else (int(v) for v in search_padding)
+    if search_padding is not None and not (m <= mq <= mp and m <= mc <= mp):
+        raise ValueError(f"search_padding must be within [{m}, {mp}], got {search_padding}")
+    be = max(1, DEFAULT_ELEMENTS // mp) if envs_per_program is None else int(envs_per_program)
+    if be < 1 or be & (be - 1):
+        raise ValueError(f"envs_per_program must be a power of two >= 1, got {be}")
+    be = min(be, _next_pow2(n))
+    if num_warps is None:
+        num_warps = DEFAULT_WARPS
+    warps = max(1, min(8, be * mp // 512)) if num_warps is None else int(num_warps)
+    interpret = jax.default_backend() == "cpu" if interpret is None else bool(interpret)
+    kind = np.zeros(m, np.int32)
+    kind[list(ids)] = 1
+    pos = np.zeros(m, np.int32)
+    pos[list(ids)] = np.arange(nt)
+    pos[kind == 0] = np.arange(nr)
+    unrolled = nt <= UNROLL_TAGGERS
+    f32 = jnp.float32
+    # Behind a barrier: in interpret mode the kernel's arithmetic is XLA's, which would
+    # fold constant params (the action tables) with other roundings (`env.action_values`).
+    args = list(lax.optimization_barrier([jnp.reshape(jnp.asarray(v, f32), (1,)) for v in params]))
+    args += [jnp.asarray(kind), jnp.asarray(pos)]
+    if not unrolled:
+        args.append(jnp.asarray(np.asarray(ids, np.int32)))
+    first = len(args)  # the state's inputs, aliased to its outputs
+    args += [
+        *(a.astype(f32).reshape(-1) for a in (x, y, speed, direction, acceleration)),
+        in_game.astype(jnp.bool_).reshape(-1),
+        t.astype(jnp.int32),
+        act_tagger.astype(jnp.int32).reshape(-1),
+        act_runner.astype(jnp.int32).reshape(-1),
+    ]
+    if reset:
+        args.append(reset_uniforms.astype(f32).reshape(-1))
+    lay = _Layout(n, m, mp, be, nt, nr, la, lt, mq, mc)
+    kernel = functools.partial(
+        _vector_kernel, lay=lay, ids=ids if unrolled else None,
+        episode_length=int(episode_length), exits=bool(runner_exits_game_after_tagged),
+        fence=bool(fence_products), reset=reset, table_out=bool(feature_table),
+        interpret=interpret,
+    )  # fmt: skip
+
+    def sds(shape, dtype):
+        return jax.ShapeDtypeStruct(shape, dtype)
+
+    out_shape = (
+        [sds((n * m,), f32)] * 5
+        + [sds((n * m,), jnp.bool_), sds((n,), jnp.int32)]
+        + [sds((n * nt,), f32), sds((n * nr,), f32)]
+        + [sds((n * nt,), jnp.bool_), sds((n * nr,), jnp.bool_)] * 3
+        + [sds((n,), jnp.bool_), sds((n,), jnp.int32), sds((n,), jnp.int32)]
+    )
+    if search_padding is not None:
+        out_shape += [sds((n * mq,), f32)] * 2 + [sds((n * mc,), f32)] * 2
+    if feature_table:
+        out_shape.append(sds((n * m * TABLE_ROW,), f32))
+    extra = 4 * (2 * mq + 2 * mc) + (4 * m * TABLE_ROW if feature_table else 0)
+    outs = pl.pallas_call(
+        kernel,
+        out_shape=out_shape,
+        grid=(pl.cdiv(n, be),),
+        # the state's outputs reuse its inputs' buffers (no copies into a scan's carry)
+        input_output_aliases={first + i: i for i in range(7)},
+        compiler_params=pl_triton.CompilerParams(num_warps=warps, num_stages=1),
+        cost_estimate=pl.CostEstimate(
+            flops=int(n * m * (50 + 8 * nt)),
+            transcendentals=int(3 * n * m),
+            bytes_accessed=int(
+                n * m * (4 * 5 + 1 + 8 + (12 if reset else 0) + 4 * 6 + 4) + n * extra
+            ),
+        ),
+        interpret=interpret,
+        name="tag_vector_step",
+    )(*args)
+    xo, yo, vo, tho, ao, go, to, rt, rr, mt, mr, ut, ur, vt, vr, done, left, tags = outs[:18]
+    rest = list(outs[18:])
+    search = None
+    if search_padding is not None:
+        xq, yq, xc, yc = rest[:4]
+        del rest[:4]
+        search = (xq.reshape(n, mq), yq.reshape(n, mq), xc.reshape(n, mc), yc.reshape(n, mc))
+    table = rest.pop(0).reshape(n, m * TABLE_ROW) if feature_table else None
+
+    def agents(a):
+        return a.reshape(n, m)
+
+    def pair(a_t, a_r):
+        return a_t.reshape(n, nt), a_r.reshape(n, nr)
+
+    return VectorStepOut(
+        agents(xo), agents(yo), agents(vo), agents(tho), agents(ao), agents(go), to,
+        pair(rt, rr), pair(mt, mr), pair(ut, ur), pair(vt, vr), done, left, tags, search,
+        table,
+    )  # fmt: skip
