@@ -37,6 +37,9 @@ _SQRT2 = np.float32(np.sqrt(2.0))
 _IMPLS = ("auto", "jax", "pallas")
 _STEP_IMPLS = ("auto", "xla", "pallas", "vector")
 _KERNELS = "environments.tag_continuous.kernels"
+#: ``step_impl="auto"`` takes the batched kernel up to this many agents per env (it lays
+#: one env's agents along a program's lanes: beyond, a few envs leave the GPU idle).
+VECTOR_MAX_AGENTS = 1024
 
 
 @struct.dataclass
@@ -197,7 +200,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         observation.
       step_impl: how the step's dynamics (spec steps 1–9, before the observation) are
         computed: ``"auto"`` (the default: ``"vector"`` on GPU when ``impl`` resolves to
-        Pallas, else ``"xla"``), ``"xla"`` (plain JAX,
+        Pallas and ``M <= 1024``, else ``"xla"``), ``"xla"`` (plain JAX,
         ~20 small XLA kernels per batched step) or ``"pallas"`` (one kernel, one program
         per env,
         `environments.tag_continuous.step_kernel`; interpret mode off GPU;
@@ -446,10 +449,13 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         # steps, 2026-11-24: 0.0961 -> 0.0856 ms at 1000 x (10+100), 1.484 -> 1.449 ms
         # at 2000 x (5+995)); XLA elsewhere (interpret mode is slow). The one-program-
         # per-env "pallas" kernel measured no faster (experiments/benchmarks/NOTES.md).
+        # Not beyond VECTOR_MAX_AGENTS: one program per env then (10 x (100+10,000):
+        # 0.26 -> 3.5 ms per step, most of the GPU idle).
         if self.step_impl != "auto":
             return self.step_impl
         gpu = jax.default_backend() == "gpu"
-        return "vector" if gpu and self._resolved_impl() == "pallas" else "xla"
+        small = self.num_agents_total <= VECTOR_MAX_AGENTS
+        return "vector" if gpu and small and self._resolved_impl() == "pallas" else "xla"
 
     def _search_module(self):
         """The module providing ``nearest_k``/``nearest_tagger`` and the kwargs to pass."""

@@ -86,14 +86,18 @@ _HALF_PI = np.float32(np.pi / 2)
 TABLE_ROW = 8
 
 #: Default elements (envs × lanes) per program: ``E = max(1, DEFAULT_ELEMENTS // MP)``
-#: (H200, 1000 × (10+100): 128 with one warp 25.0 µs, 512 with four 28.8 µs, in the
-#: probe's scan; `experiments/benchmarks/NOTES.md`).
-DEFAULT_ELEMENTS = 128
-#: Default Triton warps per program (``None``: ``max(1, min(8, E·MP // 512))``).
+#: (H200, 1000 × (10+100), the kernel alone in a scan: 256 elements with two warps
+#: 18.3 µs per step, 128 with one 20.9 µs; `experiments/benchmarks/NOTES.md`).
+DEFAULT_ELEMENTS = 256
+#: Default Triton warps per program (``None``: one per 128 elements, at most 4).
 DEFAULT_WARPS: int | None = None
 #: Taggers up to this many are looped over statically (unrolled: the per-tagger row
 #: reductions overlap); more go through a `lax.fori_loop` over a table of their ids.
 UNROLL_TAGGERS = 16
+#: How the feature table is written: ``"tile"`` (one ``[E, MP, 8]`` store, each lane's
+#: 32 bytes together) or ``"strided"`` (eight stores of one feature each, 32 bytes apart).
+TABLE_STORE = "tile"
+TABLE_STORE_FORMS = ("tile", "strided")
 #: Probe-only ablation (`experiments.benchmarks.vector_step_probe`): parts of the kernel
 #: left out to time the rest, giving wrong results: ``"tagging"`` (the nearest-tagger
 #: loop and the gains), ``"tables"`` (the action tables), ``"trig"`` (cos and sin).
@@ -159,8 +163,15 @@ def _vector_kernel(
     pos = pos_ref[ic]
     pt = 2 * jnp.minimum(pos, nt - 1)
     pr = 2 * jnp.minimum(pos, nr - 1)
-    a_acc = jnp.where(is_t, at_ref[env * (2 * nt) + pt], ar_ref[env * (2 * nr) + pr])
-    a_turn = jnp.where(is_t, at_ref[env * (2 * nt) + pt + 1], ar_ref[env * (2 * nr) + pr + 1])
+    # each lane reads its own group's actions only (masked loads: 0 elsewhere)
+    mt, mr = valid & is_t, valid & is_r
+
+    def act(col):
+        a_t = pl_triton.load(at_ref.at[env * (2 * nt) + pt + col], mask=mt, other=0)
+        a_r = pl_triton.load(ar_ref.at[env * (2 * nr) + pr + col], mask=mr, other=0)
+        return jnp.where(is_t, a_t, a_r)
+
+    a_acc, a_turn = act(0), act(1)
 
     def table(a, lo, hi, levels):
         """``action_values(lo, hi, levels)[a]``, as XLA gathers it (indices wrapped if
@@ -265,7 +276,10 @@ def _vector_kernel(
 
     if reset:  # the start state of `reset_env`, selected where the episode ended
         base = env * (3 * m) + ic
-        u0, u1, u2 = u_ref[base], u_ref[base + m], u_ref[base + 2 * m]
+        fresh = done & valid  # only the envs that reset read their uniforms
+        u0, u1, u2 = (
+            pl_triton.load(u_ref.at[base + c * m], mask=fresh, other=0.0) for c in range(3)
+        )
         quarter = jnp.minimum(jnp.floor(u2 * f32(4.0)), f32(3.0))
         x = jnp.where(done, u0 * L, x)
         y = jnp.where(done, u1 * L, y)
@@ -293,7 +307,6 @@ def _vector_kernel(
     ):
         pl_triton.store(ref.at[at(valid, flat, n * m)], val, mask=valid)
     false = jnp.zeros(shape, jnp.bool_)
-    mt, mr = valid & is_t, valid & is_r
     for (t_out, r_out), val in (
         ((rew_t_ref, rew_r_ref), reward),
         ((term_t_ref, term_r_ref), terminated),
@@ -325,9 +338,23 @@ def _vector_kernel(
     if tab_ref is not None:
         # the observation writer's agent-major feature table (`knn_obs._agent_major`)
         gf = in_game.astype(f32)
-        base = at(valid, flat * TABLE_ROW, n * m * TABLE_ROW)
-        for f, val in enumerate((x, y, speed, acc, theta, is_t.astype(f32), gf, gf)):
-            pl_triton.store(tab_ref.at[base + f], val, mask=valid)
+        values = (x, y, speed, acc, theta, is_t.astype(f32), gf, gf)
+        if TABLE_STORE == "tile":  # one [E, MP, 8] store: each lane's 32 bytes at once
+            f = lax.broadcasted_iota(jnp.int32, (be, mp, TABLE_ROW), 2)
+            tile = jnp.zeros((be, mp, TABLE_ROW), f32)
+            for i, val in enumerate(values):
+                tile = jnp.where(f == i, val[:, :, None], tile)
+            mask3 = valid[:, :, None] & (f >= 0)
+            idx3 = jnp.where(
+                mask3,
+                flat[:, :, None] * TABLE_ROW + f,
+                n * m * TABLE_ROW + spare[:, :, None] * TABLE_ROW + f,
+            )
+            pl_triton.store(tab_ref.at[idx3], tile, mask=mask3)
+        else:  # one strided store per feature
+            base = at(valid, flat * TABLE_ROW, n * m * TABLE_ROW)
+            for i, val in enumerate(values):
+                pl_triton.store(tab_ref.at[base + i], val, mask=valid)
 
 
 class VectorStepOut(NamedTuple):
@@ -393,7 +420,7 @@ def tag_vector_step(
         the new state (`knn_obs._agent_major`'s layout).
       fence_products: stop FMA contraction of the step's product-plus-sum forms.
       envs_per_program: ``E`` (power of two; default ``max(1, DEFAULT_ELEMENTS // MP)``).
-      num_warps: Triton warps (default `DEFAULT_WARPS`, or ``max(1, min(8, E·MP // 512))``).
+      num_warps: Triton warps (default `DEFAULT_WARPS`, or ``max(1, min(4, E·MP // 128))``).
       interpret: Pallas interpret mode; ``None``: when the default backend is the CPU.
 
     Returns:
@@ -440,7 +467,7 @@ def tag_vector_step(
     be = min(be, _next_pow2(n))
     if num_warps is None:
         num_warps = DEFAULT_WARPS
-    warps = max(1, min(8, be * mp // 512)) if num_warps is None else int(num_warps)
+    warps = max(1, min(4, be * mp // 128)) if num_warps is None else int(num_warps)
     interpret = jax.default_backend() == "cpu" if interpret is None else bool(interpret)
     kind = np.zeros(m, np.int32)
     kind[list(ids)] = 1

@@ -10,8 +10,8 @@ partial observation of ``--k`` neighbours, the Pallas searches) and each variant
 read when the env is traced (`SETTINGS`: ``chunk`` = `kernels.CHUNK_SIZE`, ``unroll`` =
 `kernels.BRUTE_UNROLL`, ``sort`` = `kernels.SORT_KEYS`, ``block`` =
 `knn_obs.DEFAULT_BLOCK`, ``order`` = `kernels.CHUNK_ORDER`, ``elements`` =
-`vector_step.DEFAULT_ELEMENTS`, ``warps`` = `vector_step.DEFAULT_WARPS`), restored
-afterwards, the env's ``step`` (``step_impl``)
+`vector_step.DEFAULT_ELEMENTS`, ``warps`` = `vector_step.DEFAULT_WARPS`, ``table`` =
+`vector_step.TABLE_STORE`), restored afterwards, the env's ``step`` (``step_impl``)
 and the harness's ``fold`` (`time_env_steps`'s, 1 or 0). The
 variants run in turn ``--rounds`` times, so drift over time shows as the spread of one
 variant's rounds, not as a difference between variants. Before timing, each variant's
@@ -52,6 +52,7 @@ SETTINGS = {
     "order": (kernels, "CHUNK_ORDER", kernels.CHUNK_ORDERS),  # sorted search: chunk order
     "elements": (vector_step, "DEFAULT_ELEMENTS", "pow2"),  # batched step: per program
     "warps": (vector_step, "DEFAULT_WARPS", "pow2"),  # batched step: Triton warps
+    "table": (vector_step, "TABLE_STORE", vector_step.TABLE_STORE_FORMS),  # its table store
     "step": (None, "step_impl", ("auto", "xla", "pallas", "vector")),  # env's step_impl
     "fold": (None, "fold", ("1", "0")),  # the harness's output folds
 }

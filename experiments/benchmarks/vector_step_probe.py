@@ -15,7 +15,7 @@ of ``--vs_k`` neighbours, the Pallas searches):
 2. **time**: the kernel alone, ``--vs_steps`` calls in a jitted scan carrying the state
    (fixed actions and reset uniforms; compile excluded, median of ``--vs_repeats``),
    for each ``--vs_variants`` entry (``default`` or ``setting=value/...`` with settings
-   ``elements``, ``warps``, ``reset`` = 0/1, and ``ablate`` = parts left
+   ``elements``, ``warps``, ``table``, ``reset`` = 0/1, and ``ablate`` = parts left
    out, ``+``-joined, for timing only: `vector_step._ABLATE`), beside ``xla``: the vmapped
    XLA step and reset-by-select that the kernel replaces (its observations unused, so
    XLA drops them). Each row gives µs per batch step and the rate at which the kernel's
@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from absl import app, flags
 
 import jaxdrive
-from environments.tag_continuous import vector_step
+from environments.tag_continuous import kernels, vector_step
 from experiments.benchmarks.knn_obs_probe import parse_config
 from experiments.benchmarks.run import make_tag
 from experiments.benchmarks.step_kernel_probe import compare, stepped_states
@@ -61,6 +61,7 @@ def define_flags() -> None:
 _SETTINGS = {
     "elements": ("DEFAULT_ELEMENTS", int),
     "warps": ("DEFAULT_WARPS", int),
+    "table": ("TABLE_STORE", str),
     "reset": (None, int),
     "ablate": ("_ABLATE", lambda v: frozenset(v.split("+"))),  # e.g. ablate=tagging+trig
 }
@@ -79,23 +80,31 @@ def parse_variant(text: str) -> dict[str, Any]:
     return out
 
 
-def bytes_moved(n: int, t: int, r: int, reset: bool) -> int:
+def bytes_moved(n: int, t: int, r: int, padding: tuple[int, int] | None) -> int:
     """Bytes the kernel must read and write per batch step: state (5 float32, in-game,
-    ``t``), actions (2 int32 per agent), reset uniforms (3 float32), then the new state,
-    rewards, three flags per agent, and three per-env scalars."""
+    ``t``), actions (one int32 pair per agent), then the new state, rewards, three flags
+    per agent, three per-env scalars and, with the search's ``padding`` ``(MQ, MC)``, its
+    padded positions and the writer's 32-byte feature rows. (The reset's uniforms are
+    read only by the envs that reset: not counted.)"""
     m = t + r
-    reads = n * m * (5 * 4 + 1 + 2 * 4 + (3 * 4 if reset else 0)) + 4 * n
+    reads = n * m * (5 * 4 + 1 + 2 * 4) + 4 * n
     writes = n * m * (5 * 4 + 1 + 4 + 3) + n * (4 + 1 + 4 + 4)
+    if padding is not None:
+        writes += n * (4 * 2 * (padding[0] + padding[1]) + 32 * m)
     return reads + writes
 
 
-def check(t: int, r: int, n: int, k: int, steps: int) -> list[dict[str, Any]]:
-    """The check rows (module docstring)."""
+def check(
+    t: int, r: int, n: int, k: int, steps: int, only: tuple[str, ...] | None = None
+) -> list[dict[str, Any]]:
+    """The check rows (module docstring); ``only``: these state sets (default all)."""
     ref_env, params = make_tag(t, r, False, k, "pallas", step_impl="xla")
     env, _ = make_tag(t, r, False, k, "pallas", step_impl="vector")
     key = jax.random.key(11)
     rows = []
     for name, (state, acts) in stepped_states(ref_env, params, n, steps).items():
+        if only is not None and name not in only:
+            continue
         for auto_reset in (True, False):
             for traced in (False, True):
                 outs = []
@@ -132,6 +141,11 @@ def time_variant(
     acts = jaxdrive.random_policy(env)(jax.random.fold_in(key, 1), ts.obs)
     r_keys = jax.random.split(jax.random.fold_in(key, 2), n)
     u = jax.jit(jax.vmap(env._reset_uniforms))(r_keys)
+    interpret = jax.default_backend() != "gpu"
+    m = t + r
+    padding = kernels.brute_padding(m, interpret)  # as the env asks (M < 256, partial obs)
+    if m >= kernels.SORTED_MIN_AGENTS or max(padding) > max(2, 1 << (m - 1).bit_length()):
+        padding = None
     saved = {a: getattr(vector_step, a) for a, _ in _SETTINGS.values() if a}
     try:
         for name, value in variant.items():
@@ -163,13 +177,14 @@ def time_variant(
                     num_acceleration_levels=env.num_acceleration_levels,
                     num_turn_levels=env.num_turn_levels, episode_length=env.episode_length,
                     runner_exits_game_after_tagged=env.runner_exits_game_after_tagged,
-                    interpret=jax.default_backend() != "gpu",
+                    search_padding=padding, feature_table=padding is not None,
+                    interpret=interpret,
                 )  # fmt: skip
                 new = state.replace(
                     x=out.x, y=out.y, speed=out.speed, direction=out.direction,
                     acceleration=out.acceleration, in_game=out.in_game, t=out.t,
                 )  # fmt: skip
-                return new, out[7:14]
+                return new, (out[7:14], out.search, out.table)
 
         @jax.jit
         def run(state):
@@ -186,7 +201,7 @@ def time_variant(
         for attr, value in saved.items():
             setattr(vector_step, attr, value)
     us = 1e6 * statistics.median(times) / steps
-    moved = bytes_moved(n, t, r, reset)
+    moved = bytes_moved(n, t, r, None if xla else padding)
     return {"kind": "time", "us_per_step": us, "gb_per_s": moved / us * 1e-3, "bytes": moved}
 
 

@@ -212,7 +212,22 @@ def test_vector_step_probe_tiny() -> None:
     assert probe.parse_variant("elements=64/warps=1") == {"elements": 64, "warps": 1}
     with pytest.raises(ValueError, match="unknown setting"):
         probe.parse_variant("bogus=1")
-    rows = probe.check(2, 3, 2, 2, 2)
-    assert len(rows) == 3 * 2 * 2 and all(r["differing"] == 0 for r in rows), rows
+    rows = probe.check(2, 3, 2, 2, 2, only=("last_step",))  # every env resets there
+    assert len(rows) == 2 * 2 and all(r["differing"] == 0 for r in rows), rows
     rec = probe.time_variant(2, 3, 2, 2, {"elements": 64}, 2, 1)
-    assert rec["us_per_step"] > 0 and rec["bytes"] == probe.bytes_moved(2, 2, 3, True)
+    assert rec["us_per_step"] > 0 and rec["bytes"] == probe.bytes_moved(2, 2, 3, (8, 5))
+
+
+def test_auto_resolution(monkeypatch) -> None:
+    """``step_impl="auto"``: the batched kernel on GPU with the Pallas searches up to
+    `VECTOR_MAX_AGENTS` agents per env; XLA otherwise (and on the CPU)."""
+    from environments.tag_continuous import env as tag_env
+
+    small = TagContinuous(num_taggers=2, num_runners=5, impl="pallas")
+    big = TagContinuous(num_taggers=2, num_runners=tag_env.VECTOR_MAX_AGENTS, impl="pallas")
+    assert small._resolved_step_impl() == "xla"  # this machine has no GPU
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert small._resolved_step_impl() == "vector"
+    assert big._resolved_step_impl() == "xla"
+    assert TagContinuous(num_taggers=2, num_runners=5, impl="jax")._resolved_step_impl() == "xla"
+    assert TagContinuous(step_impl="vector", num_runners=2000)._resolved_step_impl() == "vector"
