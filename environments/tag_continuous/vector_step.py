@@ -1,24 +1,34 @@
 """TagContinuous's batched step with auto-reset: one Pallas (Triton) kernel for ``N`` envs.
 
 `tag_vector_step` computes what `jaxdrive.vectorize`'s ``step`` computes for a batch of
-TagContinuous envs (shared params) before the observations are built: every env's step
-(spec steps 1–9: turn, accelerate, cap, move and clip, edge and step rewards, tagging,
-the taggers' race-free gains, runners leaving, end of game, done), then, with
-``auto_reset``, the start state drawn for each env (``x, y = u₀·L, u₁·L``, direction
-``min(⌊4u₂⌋, 3)·π/2``, speed and acceleration 0, all in the game, ``t = 0``) selected
-where the episode ended. It also writes the TimeStep's per-group arrays (reward,
-terminated, truncated, active) and per-env scalars (done, runners left, tags), so the
-XLA program around it has no slices, selects or reductions of its own left.
+TagContinuous envs (shared params) before the observations are built. First, every
+env's step (spec steps 1–9: turn, accelerate, cap, move and clip, edge and step
+rewards, tagging, the taggers' race-free gains, runners leaving, end of game, done).
+Then, with ``auto_reset``, each finished env's start state (``x, y = u₀·L, u₁·L``,
+direction ``min(⌊4u₂⌋, 3)·π/2``, speed and acceleration 0, all in the game, ``t = 0``),
+selected in. It also writes:
+
+* the TimeStep's per-group arrays (reward, terminated, truncated, active);
+* the per-env scalars (done, runners left, tags);
+* on request, the inputs of the observation path: the brute-force search's padded
+  position rows, and the observation writer's agent-major feature table.
+
+So the XLA program around it keeps no slices, selects, pads or reductions of its own.
+The state's outputs reuse the state's input buffers (``input_output_aliases``), so a
+scan's carry needs no copies.
 
 Why: the vmapped XLA step is ≈ 20 small kernels per batch step (dynamics, clamps, the
 nearest-tagger search, the tag scatter-add, reductions for done, the reset's select,
-group slices, pads), each a launch of 1–4 µs at 1000 × (10+100) on an H200, ≈ 40 µs in
-all against ≈ 3 µs to move the ≈ 8 MB the step reads and writes
-(`experiments/benchmarks/NOTES.md`). The one-program-per-env kernel of
-`environments.tag_continuous.step_kernel` did not gain: 1000 programs of one env each,
-whose loops over taggers reduce across warps. Here a program holds ``E`` envs as the
-rows of ``[E, MP]`` tiles (``MP`` the next power of two of ``M``, one agent per column),
-so the tagger loop's reductions run along rows for ``E`` envs at once.
+group slices, pads). At 1000 × (10+100) on an H200 each is a launch of 1–4 µs, ≈ 40 µs in
+all. The one-program-per-env kernel of `environments.tag_continuous.step_kernel` did not
+gain: 1000 programs of one env each, whose loops over taggers reduce across warps. Here a
+program holds ``E`` envs as the rows of ``[E, MP]`` tiles (``MP`` the next power of two
+of ``M``, one agent per column), and the tagger loop is unrolled, so its row reductions
+overlap. Measured (H200, `experiments/benchmarks/NOTES.md`): the env step 0.0969 →
+0.0801 ms at 1000 × (10+100), with the kernel 10 µs of it. It lays one env's agents
+along one program, so a few envs of many agents leave the GPU idle: 10 × (100+10,000)
+measured 14× slower than XLA. `TagContinuous`'s ``step_impl="auto"`` uses the kernel only
+up to 1024 agents per env.
 
 Dimension letters: ``N`` envs, ``M = T + R`` agents (id order), ``T`` taggers, ``R``
 runners, ``E`` envs per program, ``MP`` lanes per env (columns past ``M`` are masked).
@@ -32,6 +42,9 @@ Bit-exactness: the step's operations are those of `step_kernel` (the XLA step's,
 same order; see its docstring for ``cos``/``sin``/``sqrt`` and FMA contraction on GPU,
 and ``fence_products``), and the reset's are ``reset_env``'s, so in Pallas interpret
 mode on the CPU the outputs equal the vmapped XLA step and reset bit for bit (tests).
+On an H200 (`experiments.benchmarks.vector_step_probe`) they are equal as numbers. The
+one difference is the sign of zero accelerations: for a negative acceleration times a
+0 mask, the kernel gives IEEE's −0, as NumPy and XLA on the CPU do; XLA on GPU gives +0.
 """
 
 from __future__ import annotations
