@@ -772,23 +772,9 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         its ``fence_products``/``num_warps``/``interpret``), then the same TimeStep."""
         pvec = self._kernel_params(params)
         options.setdefault("interpret", jax.default_backend() != "gpu")
+        args, static = self._kernel_args(state, actions)
         x, y, speed, theta, acc, in_game, reward, terminated, done, num_tags = step_kernel.tag_step(
-            pvec,
-            state.x,
-            state.y,
-            state.speed,
-            state.direction,
-            state.acceleration,
-            state.in_game,
-            state.t,
-            actions["tagger"],
-            actions["runner"],
-            tagger_ids=self.tagger_ids,
-            num_acceleration_levels=self.num_acceleration_levels,
-            num_turn_levels=self.num_turn_levels,
-            episode_length=self.episode_length,
-            runner_exits_game_after_tagged=self.runner_exits_game_after_tagged,
-            **options,
+            pvec, *args, **static, **options
         )
         new = TagState(
             x=x, y=y, speed=speed, direction=theta, acceleration=acc, in_game=in_game,
@@ -796,6 +782,25 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         )  # fmt: skip
         ts = self._timestep(new, params, reward, terminated, done, num_tags)
         return new, ts
+
+    def _kernel_args(
+        self, state: TagState, actions: dict[str, jax.Array]
+    ) -> tuple[tuple[jax.Array, ...], dict[str, Any]]:
+        """The step kernels' shared arguments: the state's arrays and both groups'
+        actions (positional, as `step_kernel.tag_step` and `vector_step.tag_vector_step`
+        take them after the params), and the static configuration (keywords)."""
+        args = (
+            state.x, state.y, state.speed, state.direction, state.acceleration,
+            state.in_game, state.t, actions["tagger"], actions["runner"],
+        )  # fmt: skip
+        static = dict(
+            tagger_ids=self.tagger_ids,
+            num_acceleration_levels=self.num_acceleration_levels,
+            num_turn_levels=self.num_turn_levels,
+            episode_length=self.episode_length,
+            runner_exits_game_after_tagged=self.runner_exits_game_after_tagged,
+        )
+        return args, static
 
     def _kernel_params(self, params: TagContinuousParams) -> jax.Array:
         """The step kernels' parameter vector ``[step_kernel.num_params(la, lt)]``."""
@@ -861,23 +866,12 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             mq, mc = search.brute_padding(m, kw.get("interpret"))
             if max(mq, mc) <= max(2, 1 << (m - 1).bit_length()):
                 padding = (mq, mc)
+        args, static = self._kernel_args(state, actions)
         out = vector_step.tag_vector_step(
             [getattr(p, name) for name in vector_step.RAW_PARAMS],
-            state.x,
-            state.y,
-            state.speed,
-            state.direction,
-            state.acceleration,
-            state.in_game,
-            state.t,
-            actions["tagger"],
-            actions["runner"],
+            *args,
             u,
-            tagger_ids=self.tagger_ids,
-            num_acceleration_levels=self.num_acceleration_levels,
-            num_turn_levels=self.num_turn_levels,
-            episode_length=self.episode_length,
-            runner_exits_game_after_tagged=self.runner_exits_game_after_tagged,
+            **static,
             search_padding=padding,
             feature_table=padding is not None,
             **options,

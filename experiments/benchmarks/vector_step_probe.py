@@ -169,16 +169,11 @@ def time_variant(
 
             def one(state):
                 p = env._f32(params)
+                args, static = env._kernel_args(state, acts)  # as the env calls it
                 out = vector_step.tag_vector_step(
-                    [getattr(p, name) for name in vector_step.RAW_PARAMS], state.x,
-                    state.y, state.speed, state.direction, state.acceleration,
-                    state.in_game, state.t, acts["tagger"], acts["runner"],
-                    u if reset else None, tagger_ids=env.tagger_ids,
-                    num_acceleration_levels=env.num_acceleration_levels,
-                    num_turn_levels=env.num_turn_levels, episode_length=env.episode_length,
-                    runner_exits_game_after_tagged=env.runner_exits_game_after_tagged,
-                    search_padding=padding, feature_table=padding is not None,
-                    interpret=interpret,
+                    [getattr(p, name) for name in vector_step.RAW_PARAMS], *args,
+                    u if reset else None, **static, search_padding=padding,
+                    feature_table=padding is not None, interpret=interpret,
                 )  # fmt: skip
                 new = state.replace(
                     x=out.x, y=out.y, speed=out.speed, direction=out.direction,
