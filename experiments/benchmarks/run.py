@@ -66,8 +66,8 @@ flags.DEFINE_bool(
     "tag_fold",
     False,
     "Tag env-only rows: the harness also sums rewards, the observations' time column and "
-    "the done flags into a scalar each step (every Tag env figure before 2026-11-24's "
-    "run 14; the whole timestep is carried either way, so nothing is dead-code-eliminated)",
+    "the done flags into a scalar each step (every --suite=env Tag figure up to 2026-11-24's "
+    "run 9; the whole timestep is carried either way, so nothing is dead-code-eliminated)",
 )
 flags.DEFINE_enum(
     "tag_dense_impl",

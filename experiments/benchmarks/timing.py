@@ -5,12 +5,12 @@ then runs a `lax.scan` of ``T`` steps; each step draws uniform random actions on
 device, steps every env (auto-reset on), and carries the state and the whole timestep
 (observations, rewards, flags, extras) to the next step and out of the program, so
 nothing the env computes is dead-code-eliminated: every step's outputs are
-materialised. With ``fold=True`` (the default, and every figure recorded before
-2026-11-25) it also sums the rewards, the observations' time column and the done flags
-into a scalar of the carry: extra reductions that cost the harness ≈ 15% of a Tag step
-at 1000 × (10+100) on an H200 (`experiments/benchmarks/NOTES.md`); ``fold=False`` times
-the env's own work only. Compile is excluded; the
-figure is the median over ``repeats`` timed calls, each ended by
+materialised. With ``fold=True`` (the default here: the CartPole rows, and every Tag
+figure up to 2026-11-24's run 9) it also sums the rewards, the observations' time
+column and the done flags into a scalar of the carry: extra reductions that cost the
+harness ≈ 15% of a Tag step at 1000 × (10+100) on an H200
+(`experiments/benchmarks/NOTES.md`); ``fold=False`` times the env's own work only.
+Compile is excluded; the figure is the median over ``repeats`` timed calls, each ended by
 ``block_until_ready``. No host transfer happens inside a timed call.
 """
 
