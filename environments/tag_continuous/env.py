@@ -24,6 +24,7 @@ from jaxdrive.spaces import Box, MultiDiscrete
 from jaxdrive.types import EnvParams, TimeStep
 
 __all__ = [
+    "VECTOR_MAX_AGENTS",
     "TagContinuous",
     "TagContinuousParams",
     "TagState",

@@ -68,6 +68,8 @@ __all__ = [
     "DEFAULT_WARPS",
     "RAW_PARAMS",
     "TABLE_ROW",
+    "TABLE_STORE",
+    "TABLE_STORE_FORMS",
     "UNROLL_TAGGERS",
     "VectorStepOut",
     "tag_vector_step",
