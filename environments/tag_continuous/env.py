@@ -605,8 +605,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         """``{"tagger": [T, D], "runner": [R, D]}``: every group's observation of
         ``state``, as `reset`/`step` return it (`jaxdrive.vectorize` uses it to build the
         observations once per step, after auto-reset)."""
-        ids = {g: self.group_ids(g) for g in self.groups}
-        contiguous = all(i == tuple(range(i[0], i[0] + len(i))) for i in ids.values())
+        ids, contiguous = self._group_rows()
         if self.use_full_observation and self._resolved_full_obs_impl() != "gather":
             # one-pass forms (`full_obs`): each group's rows directly, any ids.
             return {g: self._observe_full(state, params, i) for g, i in ids.items()}
@@ -784,6 +783,29 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         ts = self._timestep(new, params, reward, terminated, done, num_tags)
         return new, ts
 
+    def _vector_search_padding(self) -> tuple[int, int] | None:
+        """``(MQ, MC)`` when the batched kernel also writes the observations' inputs (the
+        brute-force search's padded positions and the writer's feature table): partial
+        observation by the Pallas search and writer, below `kernels.SORTED_MIN_AGENTS`
+        agents, both lengths within one env's lanes. Otherwise ``None``."""
+        search, kw = self._search_module()
+        m = self.num_agents_total
+        if (
+            self.use_full_observation
+            or search is neighbors
+            or self._resolved_knn_obs_impl() != "pallas"
+            or search._resolve_method(None, m) != "brute"
+        ):
+            return None
+        mq, mc = search.brute_padding(m, kw.get("interpret"))
+        return (mq, mc) if max(mq, mc) <= vector_step.lanes(m) else None
+
+    def _group_rows(self) -> tuple[dict[str, tuple[int, ...]], bool]:
+        """Each group's agent ids, and whether every group's ids are contiguous."""
+        ids = {g: self.group_ids(g) for g in self.groups}
+        contiguous = all(i == tuple(range(i[0], i[0] + len(i))) for i in ids.values())
+        return ids, contiguous
+
     def _kernel_args(
         self, state: TagState, actions: dict[str, jax.Array]
     ) -> tuple[tuple[jax.Array, ...], dict[str, Any]]:
@@ -852,21 +874,9 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         u = None if reset_keys is None else jax.vmap(self._reset_uniforms)(reset_keys)
         options.setdefault("interpret", jax.default_backend() != "gpu")
         p = self._f32(params)
-        # The observations' inputs the kernel can write too: the brute-force search's
-        # padded positions and the writer's feature table (partial observation by the
-        # Pallas search and writer, below `kernels.SORTED_MIN_AGENTS` agents).
         search, kw = self._search_module()
         m = self.num_agents_total
-        padding = None
-        if (
-            not self.use_full_observation
-            and search is not neighbors
-            and self._resolved_knn_obs_impl() == "pallas"
-            and search._resolve_method(None, m) == "brute"
-        ):
-            mq, mc = search.brute_padding(m, kw.get("interpret"))
-            if max(mq, mc) <= max(2, 1 << (m - 1).bit_length()):
-                padding = (mq, mc)
+        padding = self._vector_search_padding()
         args, static = self._kernel_args(state, actions)
         out = vector_step.tag_vector_step(
             [getattr(p, name) for name in vector_step.RAW_PARAMS],
@@ -886,8 +896,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         else:  # as `observations` builds them, from the kernel's search inputs and table
             k = self.num_other_agents_observed
             lists = search.brute_lists_padded(*out.search, m, k, interpret=kw.get("interpret"))
-            ids = {g: self.group_ids(g) for g in self.groups}
-            contiguous = all(i == tuple(range(i[0], i[0] + len(i))) for i in ids.values())
+            ids, contiguous = self._group_rows()
 
             def observe(state, lists, table):
                 return {

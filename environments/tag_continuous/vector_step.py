@@ -72,6 +72,7 @@ __all__ = [
     "TABLE_STORE_FORMS",
     "UNROLL_TAGGERS",
     "VectorStepOut",
+    "lanes",
     "tag_vector_step",
 ]
 
@@ -121,6 +122,11 @@ _ABLATE: frozenset[str] = frozenset()
 
 def _next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def lanes(m: int) -> int:
+    """``MP``: the lanes one env's ``m`` agents take in a program (next power of two, >= 2)."""
+    return max(2, _next_pow2(m))
 
 
 class _Layout(NamedTuple):
@@ -472,7 +478,7 @@ def tag_vector_step(
     if reset and reset_uniforms.shape != (n, 3, m):
         raise ValueError(f"reset_uniforms must be [{n}, 3, {m}], got {reset_uniforms.shape}")
     la, lt = int(num_acceleration_levels), int(num_turn_levels)
-    mp = max(2, _next_pow2(m))
+    mp = lanes(m)
     mq, mc = (0, 0) if search_padding is None else (int(v) for v in search_padding)
     if search_padding is not None and not (m <= mq <= mp and m <= mc <= mp):
         raise ValueError(f"search_padding must be within [{m}, {mp}], got {search_padding}")

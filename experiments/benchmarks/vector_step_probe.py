@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from absl import app, flags
 
 import jaxdrive
-from environments.tag_continuous import kernels, vector_step
+from environments.tag_continuous import vector_step
 from experiments.benchmarks.knn_obs_probe import parse_config
 from experiments.benchmarks.run import make_tag
 from experiments.benchmarks.step_kernel_probe import compare, stepped_states
@@ -134,7 +134,8 @@ def time_variant(
     replaces) in a scan of ``steps`` batch steps; returns µs per step and GB/s."""
     xla = variant.get("xla", 0) == 1
     reset = bool(variant.get("reset", 1))
-    env, params = make_tag(t, r, False, k, "pallas", step_impl="vector")
+    # the Pallas writer, as on GPU by default: the kernel then writes the search's inputs
+    env, params = make_tag(t, r, False, k, "pallas", knn_obs_impl="pallas", step_impl="vector")
     venv = jaxdrive.vectorize(env, n)
     key = jax.random.key(3)
     state, ts = jax.jit(venv.reset)(key, params)
@@ -142,10 +143,7 @@ def time_variant(
     r_keys = jax.random.split(jax.random.fold_in(key, 2), n)
     u = jax.jit(jax.vmap(env._reset_uniforms))(r_keys)
     interpret = jax.default_backend() != "gpu"
-    m = t + r
-    padding = kernels.brute_padding(m, interpret)  # as the env asks (M < 256, partial obs)
-    if m >= kernels.SORTED_MIN_AGENTS or max(padding) > max(2, 1 << (m - 1).bit_length()):
-        padding = None
+    padding = env._vector_search_padding()  # what the env asks the kernel to write
     saved = {a: getattr(vector_step, a) for a, _ in _SETTINGS.values() if a}
     try:
         for name, value in variant.items():
