@@ -104,6 +104,8 @@ __all__ = [
     "CHUNK_SIZE",
     "PACKED_EXTRA_SLOTS",
     "PACKED_MAX_BITS",
+    "PACKED_NETWORK",
+    "PACKED_NETWORKS",
     "SORTED_MIN_AGENTS",
     "SORT_KEYS",
     "SORT_KEY_FORMS",
@@ -152,7 +154,8 @@ def _compiler_params(num_warps: int | None, num_stages: int | None, rows: int):
 
 # ------------------------------------------------------------------------------ nearest_k
 def _nearest_k_kernel(
-    xq_ref, yq_ref, xc_ref, yc_ref, out_ref, *, k, bm, unroll, mc, split, m, key_bits
+    xq_ref, yq_ref, xc_ref, yc_ref, out_ref, *, k, bm, unroll, mc, split, m, key_bits,
+    network="insert",
 ):  # fmt: skip
     """One env, ``BM`` query rows (one per lane); writes their lists into the env's
     ``out [M·k]`` int32 (row-major ``[M, k]``, -1 = none; padding rows masked).
@@ -162,7 +165,8 @@ def _nearest_k_kernel(
     loops so that only the middle one (this block's own rows) applies the ``j != i``
     mask; otherwise one masked loop. ``key_bits``: search with packed keys of that many
     index bits (`_packed_insert`), then exactly only if some lane's result is ambiguous;
-    ``0``: the exact insertion only.
+    ``0``: the exact insertion only. ``network``: `PACKED_NETWORK`'s choice for the packed
+    search (``"merge"`` takes each loop step's ``U`` keys at once).
     """
     b = pl.program_id(1)
     rows = b * bm + lax.broadcasted_iota(jnp.int32, (bm,), 0)  # [BM]
@@ -185,11 +189,13 @@ def _nearest_k_kernel(
             before = here
         return tuple(nd), tuple(nj)
 
-    def stream(ins, carry):
-        """Streams every candidate through ``ins(carry, d [BM], j)``."""
+    def stream(ins, carry, batch=None):
+        """Streams every candidate through ``ins(carry, d [BM], j)``, or each loop step's
+        ``U`` candidates at once through ``batch(carry, [d [BM]], [j])``."""
 
         def steps(masked):
             def step(c, carry):
+                ds, js = [], []
                 for u in range(unroll):
                     j = c * unroll + u
                     dx = xq - xc_ref[j]
@@ -197,8 +203,12 @@ def _nearest_k_kernel(
                     d = dx * dx + dy * dy  # [BM]
                     if masked:
                         d = jnp.where(rows == j, _INF, d)
-                    carry = ins(carry, d, j)
-                return carry
+                    if batch is None:
+                        carry = ins(carry, d, j)
+                    else:
+                        ds.append(d)
+                        js.append(j)
+                return carry if batch is None else batch(carry, ds, js)
 
             return step
 
@@ -220,9 +230,17 @@ def _nearest_k_kernel(
         return tuple(jnp.where(ld[s] < _INF, lj[s], -1) for s in range(k))
 
     if key_bits:
+        merge = None
+        if network == "merge" and unroll > 1:
+
+            def merge(lk, ds, js):
+                keys = [_packed_key(d, j, key_bits) for d, j in zip(ds, js, strict=True)]
+                return _packed_merge(lk, keys)
+
         keys = stream(
             lambda lk, d, j: _packed_insert(lk, d, j, key_bits),
             tuple(jnp.full((bm,), _EMPTY_KEY, jnp.int32) for _ in range(k + PACKED_EXTRA_SLOTS)),
+            merge,
         )
 
         def dist(j):  # [BM] exact distances to candidates j [BM]
@@ -263,12 +281,106 @@ def _packed_insert(lk, d, j, bits: int):
     bits replaced by ``j``. A float32 ``d >= 0`` orders like its bit pattern, so the key
     orders by ``(d truncated, j)``; one integer min and max per slot, against five
     operations for the exact ``(d, j)`` pair of lists."""
-    low = (1 << bits) - 1
-    key = (lax.bitcast_convert_type(d, jnp.int32) & ~low) | j  # [BM]
+    key = _packed_key(d, j, bits)
     out = [jnp.minimum(lk[0], key)]
     for s in range(1, len(lk)):
         out.append(jnp.minimum(lk[s], jnp.maximum(lk[s - 1], key)))
     return tuple(out)
+
+
+#: How the packed search takes in a loop step's ``U`` candidates: ``"merge"`` sorts their
+#: keys with a sorting network and merges them into the list (`_packed_merge`: ≈ 11
+#: integer min/max per candidate at ``U = 8``, ``S = 12`` slots), ``"insert"`` inserts them
+#: one by one (`_packed_insert`: ``2S - 1`` per candidate). Same lists (keys are unique).
+PACKED_NETWORK = "merge"
+PACKED_NETWORKS = ("merge", "insert")
+
+
+class _Bound:
+    """A compile-time key below (``_LO``) or above (``_HI``) every real key: a
+    compare-exchange with one is resolved when the network is traced, not at run time."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+_LO = _Bound("LO")
+_HI = _Bound("HI")
+
+
+def _cmpx(a, b):
+    """``(min(a, b), max(a, b))`` of two ``[BM]`` keys or `_Bound` s."""
+    if a is _LO or b is _HI:
+        return a, b
+    if a is _HI or b is _LO:
+        return b, a
+    return jnp.minimum(a, b), jnp.maximum(a, b)
+
+
+def _oddeven_merge_sort(n: int) -> list[tuple[int, int]]:
+    """Batcher's odd-even merge sort for ``n`` (a power of two) keys as compare-exchange
+    pairs ``(i, j)``, ``i < j``, in an order that sorts ascending (19 for ``n = 8``)."""
+    pairs: list[tuple[int, int]] = []
+    p = 1
+    while p < n:
+        q = p
+        while q >= 1:
+            for j in range(q % p, n - q, 2 * q):
+                for i in range(min(q, n - j - q)):
+                    if (i + j) // (2 * p) == (i + j + q) // (2 * p):
+                        pairs.append((i + j, i + j + q))
+            q //= 2
+        p *= 2
+    return pairs
+
+
+def _sort_keys(keys: list) -> list:
+    """``keys`` (``[BM]`` arrays) sorted ascending elementwise across the list, by an
+    odd-even merge sort network (padded with `_HI` to a power of two, then dropped)."""
+    n = _next_pow2(len(keys))
+    vals = list(keys) + [_HI] * (n - len(keys))
+    for i, j in _oddeven_merge_sort(n):
+        vals[i], vals[j] = _cmpx(vals[i], vals[j])
+    return vals[: len(keys)]
+
+
+def _packed_merge(lk, keys: list):
+    """The ``S = len(lk)`` smallest of the sorted list ``lk`` (a tuple of ``[BM]`` keys,
+    ascending) and the keys ``keys`` (any order), sorted ascending.
+
+    Sorts ``keys`` (`_sort_keys`), then takes ``c_i = min(lk_i, b_{S-1-i})``, which holds
+    the ``S`` smallest of both and rises then falls (``lk`` rises, the reversed batch
+    falls), and sorts that bitonic sequence with a bitonic merger (padded with `_LO` after
+    its end, which keeps it bitonic; pads are resolved at trace time). With distinct keys
+    the result equals `_packed_insert` applied to each key in turn.
+    """
+    s = len(lk)
+    b = _sort_keys(keys)
+    c = [jnp.minimum(lk[i], b[s - 1 - i]) if s - 1 - i < len(b) else lk[i] for i in range(s)]
+    n = _next_pow2(s)
+    c = c + [_LO] * (n - s)
+    d = n // 2
+    while d >= 1:
+        for i in range(n):
+            if not i & d:
+                c[i], c[i + d] = _cmpx(c[i], c[i + d])
+        d //= 2
+    return tuple(c[n - s :])
+
+
+def _check_network(network: str) -> str:
+    if network not in PACKED_NETWORKS:
+        raise ValueError(f"PACKED_NETWORK must be one of {PACKED_NETWORKS}, got {network!r}")
+    return network
+
+
+def _packed_key(d, j, bits: int):
+    """The packed key of candidate ``j`` at distance ``d [BM]`` (`_packed_insert`)."""
+    low = (1 << bits) - 1
+    return (lax.bitcast_convert_type(d, jnp.int32) & ~low) | j  # [BM]
 
 
 #: Extra slots of the packed search beyond ``k`` (`_packed_lists`): a tie of this many
@@ -457,7 +569,7 @@ def _brute_lists(
 
     kernel = functools.partial(
         _nearest_k_kernel, k=k, bm=bm, unroll=u, mc=mc, split=split, m=m,
-        key_bits=_key_bits(packed_keys, mc),
+        key_bits=_key_bits(packed_keys, mc), network=_check_network(PACKED_NETWORK),
     )  # fmt: skip
     out = pl.pallas_call(
         kernel,
@@ -757,7 +869,7 @@ def spatial_order(x: jax.Array, y: jax.Array) -> jax.Array:
 def _sorted_knn_kernel(
     cb_ref, xq_ref, yq_ref, qc_ref, xc_ref, yc_ref, oc_ref, bx0_ref, bx1_ref, by0_ref,
     by1_ref, pq_ref, xo_ref, yo_ref, *out_refs, k, m, bm, bc, unroll, nb, nc, tie_check,
-    stats, order, ncp, key_bits,
+    stats, order, ncp, key_bits, network="insert",
 ):  # fmt: skip
     """One env, ``BM`` consecutive sorted query rows (one per lane); chunk-pruned search.
 
@@ -784,7 +896,8 @@ def _sorted_knn_kernel(
     ``key_bits`` (when not 0): search with packed keys (`_packed_insert`, the original
     index in the low ``key_bits`` bits) and ``k + PACKED_EXTRA_SLOTS`` slots, re-sort
     them exactly, and search again with the ``(d, j)``-ordered insertion if some lane's
-    result is still ambiguous (`_packed_lists`).
+    result is still ambiguous (`_packed_lists`). ``network``: `PACKED_NETWORK`'s choice
+    for the packed search (``"merge"``: each loop step's ``U`` keys at once).
     Otherwise ``tie_check``: search with the brute-force kernel's cheaper strict
     insertion and ``k + 1`` slots (exact unless two of a lane's ``k + 1`` best distances
     are equal), and search again with the ordered insertion if some lane has such a tie.
@@ -849,8 +962,11 @@ def _sorted_knn_kernel(
                 tuple(jnp.full((bm,), -1, jnp.int32) for _ in range(slots)),
             )
 
+        batched = mode == "packed" and network == "merge" and unroll > 1
+
         def visit(c, masked):
             def step(t, lists):
+                keys = []
                 for u in range(unroll):
                     p = c * bc + t * unroll + u  # candidate position
                     dx = xq - xc_ref[p]
@@ -858,8 +974,11 @@ def _sorted_knn_kernel(
                     d = dx * dx + dy * dy  # [BM]
                     if masked:  # the pair (i, i)
                         d = jnp.where(qc == p, _INF, d)
-                    lists = ins(lists, d, oc_ref[p])
-                return lists
+                    if batched:
+                        keys.append(_packed_key(d, oc_ref[p], key_bits))
+                    else:
+                        lists = ins(lists, d, oc_ref[p])
+                return _packed_merge(lists, keys) if batched else lists
 
             def run(carry):
                 lists, _, count = carry
@@ -1072,6 +1191,7 @@ def _sorted_knn_call(
         order=order,
         ncp=_next_pow2(nc),
         key_bits=_key_bits(packed_keys, m),
+        network=_check_network(PACKED_NETWORK),
     )
     # The kernel writes each list at its agent's row: no un-sorting pass afterwards.
     out_shape = [jax.ShapeDtypeStruct((n, m * k), jnp.int32)]

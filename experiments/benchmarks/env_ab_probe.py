@@ -2,22 +2,22 @@
 
 ``python -m experiments.benchmarks.env_ab_probe --variants=pallas,pallas/sort=argsort``
 times the suite's env-only figure (`experiments.benchmarks.timing.time_env_steps`: a
-scan of ``--num_steps`` vmapped steps with random actions, auto-reset, compile
-excluded, median of ``--repeats`` calls; both flags are `experiments.benchmarks.run`'s)
-for each config (``--configs``, envs x taggers+runners, WarpDrive's Tag settings,
-partial observation of ``--k`` neighbours, the Pallas searches) and each variant
+scan of ``--num_steps`` vmapped steps with random actions, auto-reset, compile excluded,
+median of ``--repeats`` calls; both flags are `experiments.benchmarks.run`'s) for each
+config (``--configs``, envs x taggers+runners, WarpDrive's Tag settings, partial
+observation of ``--k`` neighbours, the Pallas searches) and each variant
 ``knn_obs_impl[/setting=value...]``: the env's observation writer and module defaults
 read when the env is traced (`SETTINGS`: ``chunk`` = `kernels.CHUNK_SIZE`, ``unroll`` =
-`kernels.BRUTE_UNROLL`, ``sort`` = `kernels.SORT_KEYS`, ``block`` =
-`knn_obs.DEFAULT_BLOCK`, ``order`` = `kernels.CHUNK_ORDER`, ``elements`` =
-`vector_step.DEFAULT_ELEMENTS`, ``warps`` = `vector_step.DEFAULT_WARPS`, ``table`` =
-`vector_step.TABLE_STORE`), restored afterwards, the env's ``step`` (``step_impl``)
-and the harness's ``fold`` (`time_env_steps`'s, 1 or 0). The
-variants run in turn ``--rounds`` times, so drift over time shows as the spread of one
-variant's rounds, not as a difference between variants. Before timing, each variant's
-observations after ``--check_steps`` random steps are compared with the first
-variant's (same keys, same actions): ``equal``, or the count of differing float32
-elements and the largest absolute difference.
+`kernels.BRUTE_UNROLL`, ``network`` = `kernels.PACKED_NETWORK`, ``sort`` =
+`kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``order`` =
+`kernels.CHUNK_ORDER`, ``elements`` = `vector_step.DEFAULT_ELEMENTS`, ``warps`` =
+`vector_step.DEFAULT_WARPS`, ``table`` = `vector_step.TABLE_STORE`), restored
+afterwards, the env's ``step`` (``step_impl``) and the harness's ``fold``
+(`time_env_steps`'s, 1 or 0). The variants run in turn ``--rounds`` times, so drift over
+time shows as the spread of one variant's rounds, not as a difference between variants.
+Before timing, each variant's observations after ``--check_steps`` random steps are
+compared with the first variant's (same keys, same actions): ``equal``, or the count of
+differing float32 elements and the largest absolute difference.
 
 Prints one row per (config, variant, round) and a summary (median over rounds, ratio
 to the first variant); ``--probe_out=PATH`` appends JSON lines. ``--tiny``: a CPU
@@ -47,6 +47,7 @@ FLAGS = flags.FLAGS
 SETTINGS = {
     "chunk": (kernels, "CHUNK_SIZE", "pow2"),  # sorted search: candidates per chunk
     "unroll": (kernels, "BRUTE_UNROLL", "pow2"),  # brute-force search: unroll
+    "network": (kernels, "PACKED_NETWORK", kernels.PACKED_NETWORKS),  # packed search's
     "sort": (kernels, "SORT_KEYS", kernels.SORT_KEY_FORMS),  # curve sort: packed / argsort
     "block": (knn_obs, "DEFAULT_BLOCK", "pow2"),  # observation writer: elements per program
     "order": (kernels, "CHUNK_ORDER", kernels.CHUNK_ORDERS),  # sorted search: chunk order

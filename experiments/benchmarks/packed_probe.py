@@ -12,7 +12,8 @@ so nothing is hoisted; no host round trip between calls), median of ``--repeats`
 call; the variants run interleaved twice in one process. ``equal`` says whether the
 packed and exact lists agree on that state. ``--extra_slots`` and ``--brute_blocks``
 add packed rows for other `kernels.PACKED_EXTRA_SLOTS` values and brute-force blocks
-(``BM:warps``), timed between the two exact rows.
+(``BM:warps``), ``--networks`` for other `kernels.PACKED_NETWORK` values, timed between
+the two exact rows.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def define_flags() -> None:
     flags.DEFINE_integer("brute_max_agents", 200, "brute force on env states up to this M")
     flags.DEFINE_list("extra_slots", [], "other PACKED_EXTRA_SLOTS values to time (packed)")
     flags.DEFINE_list("brute_blocks", [], "other brute-force blocks BM:warps to time (packed)")
+    flags.DEFINE_list("networks", [], "other PACKED_NETWORK values to time (packed)")
     flags.DEFINE_bool("tiny", False, "tiny sizes (CPU smoke test)")
 
 
@@ -134,9 +136,12 @@ def main(argv: list[str]) -> None:
                 times: dict[str, list[float]] = {}
                 outs = {}
                 default_extra = kernels.PACKED_EXTRA_SLOTS
+                default_net = kernels.PACKED_NETWORK
                 runs = [(v, {}, default_extra) for v in VARIANTS[:3]]
                 for e in FLAGS.extra_slots:
                     runs.append((f"extra={e}", {}, int(e)))
+                for net in FLAGS.networks:
+                    runs.append((f"net={net}", {}, default_extra))
                 for blk in FLAGS.brute_blocks if method == "brute" else []:
                     bm, w = (int(v) for v in blk.split(":"))
                     runs.append((f"BM={bm},w={w}", dict(block_rows=bm, num_warps=w), default_extra))
@@ -145,6 +150,8 @@ def main(argv: list[str]) -> None:
                     for var, opts, extra in runs:
                         kernels._packed_lists = _no_resolve if var == "no-resolve" else resolve
                         kernels.PACKED_EXTRA_SLOTS = extra
+                        net = var[4:] if var.startswith("net=") else default_net
+                        kernels.PACKED_NETWORK = net
                         fn = functools.partial(base, k=FLAGS.k, packed_keys=var != "exact", **opts)
                         t = _median_s(looped(fn, inner), args, repeats)
                         times.setdefault(var, []).append(1e6 * t / inner)
@@ -153,6 +160,7 @@ def main(argv: list[str]) -> None:
                 finally:
                     kernels._packed_lists = resolve
                     kernels.PACKED_EXTRA_SLOTS = default_extra
+                    kernels.PACKED_NETWORK = default_net
                 equal = all(
                     bool(jnp.array_equal(a, b))
                     for a, b in zip(outs["exact"], outs["packed"], strict=True)

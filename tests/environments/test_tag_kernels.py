@@ -151,6 +151,8 @@ NEAREST_K_CASES = [
     (33, 16, 16, 1, False),
     (70, 10, 32, 2, True),
     (70, 5, 64, 1, None),
+    (70, 10, 32, 8, True),  # the compiled default unroll: the merge network's batches
+    (33, 2, 8, 8, False),  # a batch longer than the packed list (k + 2 < U)
 ]
 
 

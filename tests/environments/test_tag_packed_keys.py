@@ -85,6 +85,62 @@ def test_packed_lists_are_exact_where_not_ambiguous(seed, k, extra, ulps, ties):
         assert len(set(buckets)) < len(buckets), f"lane {i} flagged without a collision"
 
 
+@pytest.mark.parametrize("n", [2, 4, 8, 16])
+def test_sort_network_sorts_every_zero_one_input(n):
+    """The 0-1 principle: a comparator network sorts everything if it sorts all 0/1
+    inputs."""
+    pairs = kernels._oddeven_merge_sort(n)
+    assert len(pairs) == {2: 1, 4: 5, 8: 19, 16: 63}[n]
+    for code in range(2**n):
+        v = [(code >> i) & 1 for i in range(n)]
+        for i, j in pairs:
+            if v[i] > v[j]:
+                v[i], v[j] = v[j], v[i]
+        assert v == sorted(v), (n, code)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    s=st.integers(1, 16),
+    u=st.integers(1, 17),
+    empty=st.integers(0, 16),
+)
+def test_packed_merge_equals_insertion(seed, s, u, empty):
+    """`_packed_merge` of a batch into a sorted list (some slots still empty) keeps the
+    same ``S`` smallest keys, sorted, as inserting the batch's keys one at a time."""
+    rng = np.random.default_rng(seed)
+    bm = 5
+    keys = rng.choice(1 << 20, size=(bm, s + u), replace=False).astype(np.int32)
+    listed = np.sort(keys[:, :s], axis=1)
+    listed[:, s - min(empty, s) :] = kernels._EMPTY_KEY
+    lk = tuple(jnp.asarray(listed[:, i]) for i in range(s))
+    batch = [jnp.asarray(keys[:, s + i]) for i in range(u)]
+    merged = np.stack([np.asarray(v) for v in kernels._packed_merge(lk, batch)], axis=1)
+    ref = np.sort(np.concatenate([listed, keys[:, s:]], axis=1), axis=1)[:, :s]
+    np.testing.assert_array_equal(merged, ref)
+    # the one-by-one insertion (distance 0 bits: the key is the index) agrees
+    inserted = lk
+    for key in batch:
+        low = (1 << 20) - 1
+        d = jax.lax.bitcast_convert_type(key & ~low, jnp.float32)
+        inserted = kernels._packed_insert(inserted, d, key & low, 20)
+    np.testing.assert_array_equal(merged, np.stack([np.asarray(v) for v in inserted], axis=1))
+
+
+def test_packed_network_setting_is_checked_and_both_agree(monkeypatch):
+    x, y, g, exact = make_states(40, 4, seed=11)
+    fn = functools.partial(kernels.nearest_k_brute_batched, k=6, block_cols=4)
+    lists = {}
+    for network in kernels.PACKED_NETWORKS:
+        monkeypatch.setattr(kernels, "PACKED_NETWORK", network)
+        lists[network] = fn(x, y, g)
+        check_batch(x, y, g, exact, 6, *lists[network])
+    monkeypatch.setattr(kernels, "PACKED_NETWORK", "bubble")
+    with pytest.raises(ValueError, match="PACKED_NETWORK must be one of"):
+        fn(x, y, g)
+
+
 def test_packed_lists_resolve_near_ties_inside_the_list():
     """Distances one ulp apart in one bucket, listed in index order opposite to distance
     order: the re-sort puts them right without flagging the lane."""

@@ -98,6 +98,7 @@ CASES = [
     (130, 4, 16, 32, 2, False),
     (600, 10, 32, 16, 1, True),
     (600, 10, 64, 8, 1, False),
+    (300, 10, 32, 16, 8, True),  # the compiled default unroll: merged batches of 8 keys
 ]
 
 
