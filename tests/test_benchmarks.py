@@ -160,12 +160,16 @@ def test_env_ab_probe_tiny(tmp_path, monkeypatch):
     assert env_ab_probe.parse_variant("pallas/step=vector/fold=0/elements=64") == (
         "pallas", (("step", "vector"), ("fold", "0"), ("elements", 64))
     )  # fmt: skip
+    assert env_ab_probe.parse_variant("pallas/network=insert/draws=0") == (
+        "pallas", (("network", "insert"), ("draws", False))
+    )  # fmt: skip
     bad = (
         "rows", "pallas/chunk=6", "pallas/unroll=x", "pallas/sort=radix", "pallas/lanes=4",
-        "pallas/step=cuda", "pallas/fold=2", "pallas/warps=3",
+        "pallas/step=cuda", "pallas/fold=2", "pallas/warps=3", "pallas/draws=yes",
+        "pallas/network=bubble",
     )  # fmt: skip
     for text in bad:
-        with pytest.raises(ValueError, match="variant must be|power of two|one of|unknown"):
+        with pytest.raises(ValueError, match="variant must be|power of two|one of|unknown|1 or 0"):
             env_ab_probe.parse_variant(text)
     with pytest.raises(ValueError, match="rounds"):
         env_ab_probe.probe([(2, 1, 3)], [("xla", ())], 2, 0, 1, 1, 0)
@@ -174,14 +178,14 @@ def test_env_ab_probe_tiny(tmp_path, monkeypatch):
     # The sorted search from 8 agents (default 256), so chunk and sort are exercised.
     monkeypatch.setattr(kernels, "SORTED_MIN_AGENTS", 8)
     settings = (("chunk", 4), ("unroll", 2), ("sort", "argsort"), ("block", 64))
-    settings += (("step", "vector"), ("fold", "0"), ("elements", 64))
+    settings += (("step", "vector"), ("fold", "0"), ("elements", 64), ("draws", False))
     variants = [("xla", (("chunk", 16),)), ("pallas", settings)]
     recs = env_ab_probe.probe([(2, 2, 18)], variants, 2, 2, 2, 1, 2, str(out))
     now = kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL, kernels.SORT_KEYS, knn_obs.DEFAULT_BLOCK
     assert now == defaults
     names = [
         "xla/chunk=16",
-        "pallas/chunk=4/unroll=2/sort=argsort/block=64/step=vector/fold=0/elements=64",
+        "pallas/chunk=4/unroll=2/sort=argsort/block=64/step=vector/fold=0/elements=64/draws=0",
     ]
     assert [(r["variant"], r["round"]) for r in recs] == [(v, i) for i in (1, 2) for v in names]
     assert recs[1]["check"]["differ"] == 0

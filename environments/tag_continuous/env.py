@@ -24,6 +24,7 @@ from jaxdrive.spaces import Box, MultiDiscrete
 from jaxdrive.types import EnvParams, TimeStep
 
 __all__ = [
+    "RESET_DRAWS_IN_KERNEL",
     "VECTOR_MAX_AGENTS",
     "TagContinuous",
     "TagContinuousParams",
@@ -41,6 +42,11 @@ _KERNELS = "environments.tag_continuous.kernels"
 #: ``step_impl="auto"`` takes the batched kernel up to this many agents per env (it lays
 #: one env's agents along a program's lanes: beyond, a few envs leave the GPU idle).
 VECTOR_MAX_AGENTS = 1024
+#: ``step_impl="vector"``: the batched kernel draws the reset's uniforms itself from the
+#: reset keys' data (threefry keys; the same bits as `TagContinuous._reset_uniforms`),
+#: only for programs where an env resets, instead of an XLA kernel drawing ``[N, 3, M]``
+#: every step. ``False``: the XLA draw (the A/B probes' setting ``draws``).
+RESET_DRAWS_IN_KERNEL = True
 
 
 @struct.dataclass
@@ -532,13 +538,15 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         valid: jax.Array | None,
         *,
         alone: bool = True,
+        time: jax.Array | None = None,
         **options: Any,
     ) -> jax.Array:
         """Partial observations of the agent ids ``rows`` (static, any order) from the
         neighbour lists ``idx, valid [M, k]`` (``valid=None``: ``idx`` has ``-1`` in empty
         slots, see `_nearest_k`): ``[n, 7k+1]`` float32, by `knn_obs` with
         ``knn_obs_impl`` (``options``: `knn_obs.knn_obs_pallas`'s block options, for
-        the benchmarks; ignored by the XLA form).
+        the benchmarks; ignored by the XLA form; ``time``: ``t / E`` if already computed,
+        as the batched kernel does).
 
         The Pallas form is told whether XLA compiles the original's division by the scale
         into a multiplication by its reciprocal (as in `_observe_full`), so they agree.
@@ -564,7 +572,8 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         ms = p.max_speed + _EPS
         one = jnp.float32(1.0)
         scale = jnp.stack([diag, diag, ms, ms, jnp.float32(_TWO_PI), one, one])  # [7]
-        time = state.t.astype(jnp.float32) / jnp.float32(self.episode_length)
+        if time is None:
+            time = state.t.astype(jnp.float32) / jnp.float32(self.episode_length)
         feats = self._features(state)  # [7, M]
         return knn_obs.knn_obs(form, feats, idx, valid, rows, scale, state.in_game, time, **kw)
 
@@ -871,7 +880,14 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             return None
         validate_params(params)
         actions = jax.vmap(functools.partial(check_actions, self))(actions)
-        u = None if reset_keys is None else jax.vmap(self._reset_uniforms)(reset_keys)
+        # the reset's uniforms: drawn by the kernel from the keys' data where it can
+        # reproduce `_reset_uniforms` (threefry keys), else drawn here
+        u = data = None
+        if reset_keys is not None:
+            if RESET_DRAWS_IN_KERNEL:
+                data = vector_step.key_data_for_uniforms(reset_keys)
+            if data is None:
+                u = jax.vmap(self._reset_uniforms)(reset_keys)
         options.setdefault("interpret", jax.default_backend() != "gpu")
         p = self._f32(params)
         search, kw = self._search_module()
@@ -882,6 +898,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             [getattr(p, name) for name in vector_step.RAW_PARAMS],
             *args,
             u,
+            reset_key_data=data,
             **static,
             search_padding=padding,
             feature_table=padding is not None,
@@ -898,15 +915,15 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             lists = search.brute_lists_padded(*out.search, m, k, interpret=kw.get("interpret"))
             ids, contiguous = self._group_rows()
 
-            def observe(state, lists, table):
+            def observe(state, lists, table, time):
                 return {
                     g: self._observe_knn(
-                        state, params, i, lists, None, alone=contiguous, table=table
+                        state, params, i, lists, None, alone=contiguous, table=table, time=time
                     )
                     for g, i in ids.items()
                 }
 
-            obs = jax.vmap(observe)(new, lists, out.table)
+            obs = jax.vmap(observe)(new, lists, out.table, out.time)
 
         def groups(pair):
             return dict(zip(("tagger", "runner"), pair, strict=True))

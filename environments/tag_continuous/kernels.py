@@ -256,7 +256,7 @@ def _nearest_k_kernel(
 
 
 #: The brute-force kernel's default candidates per unrolled loop step ``U`` (compiled).
-BRUTE_UNROLL = 8
+BRUTE_UNROLL = 16
 
 #: Packed search keys (`_packed_insert`): a slot holding this is empty.
 _EMPTY_KEY = 0x7FFFFFFF

@@ -72,8 +72,11 @@ __all__ = [
     "TABLE_STORE_FORMS",
     "UNROLL_TAGGERS",
     "VectorStepOut",
+    "key_data_for_uniforms",
     "lanes",
     "tag_vector_step",
+    "threefry2x32",
+    "uniform_from_key_data",
 ]
 
 #: The env params the kernel reads, in `TagContinuousParams` field order: each passed as
@@ -129,6 +132,57 @@ def lanes(m: int) -> int:
     return max(2, _next_pow2(m))
 
 
+_THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+def threefry2x32(k0: jax.Array, k1: jax.Array, x0: jax.Array, x1: jax.Array):
+    """Threefry-2x32 with 20 rounds (jax's ``threefry2x32`` primitive) of the counters
+    ``(x0, x1)`` under the key ``(k0, k1)``; uint32 arrays of broadcastable shapes.
+    Returns the two uint32 output words. Integer operations only, so the same bits in
+    XLA, in Pallas interpret mode and in a Triton kernel."""
+    u32 = jnp.uint32
+    ks = (k0, k1, k0 ^ k1 ^ u32(0x1BD11BDA))
+    x0 = x0 + ks[0]
+    x1 = x1 + ks[1]
+    for i in range(5):
+        for r in _THREEFRY_ROTATIONS[i % 2]:
+            x0 = x0 + x1
+            x1 = (x1 << u32(r)) | (x1 >> u32(32 - r))
+            x1 = x0 ^ x1
+        x0 = x0 + ks[(i + 1) % 3]
+        x1 = x1 + ks[(i + 2) % 3] + u32(i + 1)
+    return x0, x1
+
+
+def uniform_from_key_data(k0: jax.Array, k1: jax.Array, index: jax.Array) -> jax.Array:
+    """Element ``index`` (uint32, the row-major position in the drawn shape, below
+    ``2**32``) of ``jax.random.uniform(key, shape, float32)`` for a threefry key with
+    data ``(k0, k1)``, under ``jax_threefry_partitionable`` (jax's default): the
+    counter ``(0, index)`` hashed, the two words XORed, the top 23 bits as a float in
+    ``[1, 2)`` minus 1."""
+    b0, b1 = threefry2x32(k0, k1, jnp.zeros_like(index), index)
+    bits = ((b0 ^ b1) >> jnp.uint32(9)) | jnp.uint32(0x3F800000)
+    return lax.bitcast_convert_type(bits, jnp.float32) - jnp.float32(1.0)
+
+
+def key_data_for_uniforms(keys: jax.Array) -> jax.Array | None:
+    """``[N, 2]`` uint32: the data of the threefry keys ``keys [N]`` (typed, or raw
+    ``[N, 2]`` uint32), from which `uniform_from_key_data` reproduces
+    ``jax.random.uniform``; ``None`` where it cannot (another PRNG implementation, or
+    ``jax_threefry_partitionable`` off)."""
+    if not jax.config.jax_threefry_partitionable:
+        return None
+    if jnp.issubdtype(keys.dtype, jax.dtypes.prng_key):
+        if str(jax.random.key_impl(keys)) != "threefry2x32" or keys.ndim != 1:
+            return None
+        return jax.random.key_data(keys)
+    if keys.dtype == jnp.uint32 and keys.ndim == 2 and keys.shape[1] == 2:
+        if jax.config.jax_default_prng_impl != "threefry2x32":
+            return None
+        return keys
+    return None
+
+
 class _Layout(NamedTuple):
     """Static sizes: ``mq``/``mc`` the lanes of the search's padded query/candidate rows
     (0: not written)."""
@@ -156,11 +210,11 @@ def _vector_kernel(
     tid_ref = refs.pop(0) if ids is None else None
     x_ref, y_ref, v_ref, th_ref, a_ref, g_ref, t_ref, at_ref, ar_ref = refs[:9]
     del refs[:9]
-    u_ref = refs.pop(0) if reset else None
+    u_ref = refs.pop(0) if reset else None  # uniforms [N·3·M], or key data [N·2]
     (xo_ref, yo_ref, vo_ref, tho_ref, ao_ref, go_ref, to_ref, rew_t_ref, rew_r_ref,
      term_t_ref, term_r_ref, trunc_t_ref, trunc_r_ref, act_t_ref, act_r_ref, done_ref,
-     left_ref, tags_ref) = refs[:18]  # fmt: skip
-    del refs[:18]
+     left_ref, tags_ref, time_ref) = refs[:19]  # fmt: skip
+    del refs[:19]
     search_refs = refs[:4] if mq else None  # xq, yq, xc, yc
     del refs[: 4 if mq else 0]
     tab_ref = refs.pop(0) if table_out else None
@@ -298,9 +352,23 @@ def _vector_kernel(
     if reset:  # the start state of `reset_env`, selected where the episode ended
         base = env * (3 * m) + ic
         fresh = done & valid  # only the envs that reset read their uniforms
-        u0, u1, u2 = (
-            pl_triton.load(u_ref.at[base + c * m], mask=fresh, other=0.0) for c in range(3)
-        )
+        if reset == "keys":  # drawn here, only in programs where an env resets
+
+            def draw(_):
+                k0, k1 = (
+                    pl_triton.load(u_ref.at[env * 2 + w], mask=fresh, other=0) for w in range(2)
+                )
+                return tuple(
+                    uniform_from_key_data(k0, k1, (ic + c * m).astype(jnp.uint32)) for c in range(3)
+                )
+
+            zeros = jnp.zeros(shape, f32)
+            some = jnp.max(fresh.astype(jnp.int32)) > 0  # (Triton has no reduce_or)
+            u0, u1, u2 = lax.cond(some, draw, lambda _: (zeros,) * 3, None)
+        else:
+            u0, u1, u2 = (
+                pl_triton.load(u_ref.at[base + c * m], mask=fresh, other=0.0) for c in range(3)
+            )
         quarter = jnp.minimum(jnp.floor(u2 * f32(4.0)), f32(3.0))
         x = jnp.where(done, u0 * L, x)
         y = jnp.where(done, u1 * L, y)
@@ -342,6 +410,9 @@ def _vector_kernel(
     pl_triton.store(done_ref.at[e1], done, mask=first)
     pl_triton.store(left_ref.at[e1], jnp.broadcast_to(left, shape), mask=first)
     pl_triton.store(tags_ref.at[e1], jnp.broadcast_to(num_tags, shape), mask=first)
+    # the observations' time ``t / E``, as XLA computes it: times the rounded reciprocal
+    recip = f32(np.float32(1.0) / np.float32(episode_length))
+    pl_triton.store(time_ref.at[e1], t1.astype(f32) * recip, mask=first)
     if search_refs is not None:
         # the brute-force search's padded rows (`kernels.brute_padding`): queries as
         # they are (padding lanes: any value), candidates at +inf when out of the game.
@@ -395,6 +466,7 @@ class VectorStepOut(NamedTuple):
     done: jax.Array
     runners_left: jax.Array
     num_tags: jax.Array
+    time: jax.Array
     search: tuple[jax.Array, jax.Array, jax.Array, jax.Array] | None
     table: jax.Array | None
 
@@ -412,6 +484,7 @@ def tag_vector_step(
     act_runner: jax.Array,
     reset_uniforms: jax.Array | None,
     *,
+    reset_key_data: jax.Array | None = None,
     tagger_ids: Sequence[int],
     num_acceleration_levels: int,
     num_turn_levels: int,
@@ -433,7 +506,10 @@ def tag_vector_step(
       t: ``[N]`` int32, steps taken before this one.
       act_tagger, act_runner: ``[N, T, 2]`` and ``[N, R, 2]`` integer action indices.
       reset_uniforms: ``[N, 3, M]`` float32, the uniforms `TagContinuous.reset_env` draws
-        from each env's reset key; ``None``: no auto-reset.
+        from each env's reset key; ``None``: no auto-reset (or ``reset_key_data``).
+      reset_key_data: instead of ``reset_uniforms``, ``[N, 2]`` uint32, the data of each
+        env's threefry reset key (`key_data_for_uniforms`): the kernel draws the same
+        uniforms itself (`uniform_from_key_data`), only in programs where an env resets.
       tagger_ids: static sorted tagger ids; the runners are the other ids.
       search_padding: ``(MQ, MC)``, each at most ``MP``: also write the brute-force
         search's padded inputs of the new state (`kernels.brute_padding`).
@@ -450,8 +526,9 @@ def tag_vector_step(
       the TimeStep's ``reward``, ``terminated``, ``truncated`` (all False) and ``active``
       (the new state's in-game flags), each a pair ``([N, T], [N, R])``; ``done``
       ``[N]`` bool, ``runners_left`` and ``num_tags`` ``[N]`` int32 (of the step, before
-      the reset); ``search``: ``(xq, yq [N, MQ], xc, yc [N, MC])`` or ``None``;
-      ``table``: ``[N, 8M]`` float32 or ``None``.
+      the reset); ``time [N]`` float32, the observations' ``t / E`` of the new state
+      (XLA's form: ``t`` times the rounded reciprocal of ``E``); ``search``: ``(xq, yq
+      [N, MQ], xc, yc [N, MC])`` or ``None``; ``table``: ``[N, 8M]`` float32 or ``None``.
     """
     n, m = x.shape
     ids = tuple(int(i) for i in tagger_ids)
@@ -474,9 +551,22 @@ def tag_vector_step(
             f"actions must be [{n}, {nt}, 2] and [{n}, {nr}, 2], got "
             f"{act_tagger.shape}, {act_runner.shape}"
         )
-    reset = reset_uniforms is not None
-    if reset and reset_uniforms.shape != (n, 3, m):
-        raise ValueError(f"reset_uniforms must be [{n}, 3, {m}], got {reset_uniforms.shape}")
+    if reset_uniforms is not None and reset_key_data is not None:
+        raise ValueError("give reset_uniforms or reset_key_data, not both")
+    reset = None
+    if reset_uniforms is not None:
+        reset = "uniforms"
+        if reset_uniforms.shape != (n, 3, m):
+            raise ValueError(f"reset_uniforms must be [{n}, 3, {m}], got {reset_uniforms.shape}")
+    elif reset_key_data is not None:
+        reset = "keys"
+        if reset_key_data.shape != (n, 2) or reset_key_data.dtype != jnp.uint32:
+            raise ValueError(
+                f"reset_key_data must be [{n}, 2] uint32, got {reset_key_data.shape} "
+                f"{reset_key_data.dtype}"
+            )
+        if 3 * m > 2**32:
+            raise ValueError(f"reset_key_data draws need 3·M < 2**32, got M={m}")
     la, lt = int(num_acceleration_levels), int(num_turn_levels)
     mp = lanes(m)
     mq, mc = (0, 0) if search_padding is None else (int(v) for v in search_padding)
@@ -511,8 +601,10 @@ def tag_vector_step(
         act_tagger.astype(jnp.int32).reshape(-1),
         act_runner.astype(jnp.int32).reshape(-1),
     ]
-    if reset:
+    if reset == "uniforms":
         args.append(reset_uniforms.astype(f32).reshape(-1))
+    elif reset == "keys":
+        args.append(reset_key_data.reshape(-1))
     lay = _Layout(n, m, mp, be, nt, nr, la, lt, mq, mc)
     kernel = functools.partial(
         _vector_kernel, lay=lay, ids=ids if unrolled else None,
@@ -529,7 +621,7 @@ def tag_vector_step(
         + [sds((n * m,), jnp.bool_), sds((n,), jnp.int32)]
         + [sds((n * nt,), f32), sds((n * nr,), f32)]
         + [sds((n * nt,), jnp.bool_), sds((n * nr,), jnp.bool_)] * 3
-        + [sds((n,), jnp.bool_), sds((n,), jnp.int32), sds((n,), jnp.int32)]
+        + [sds((n,), jnp.bool_), sds((n,), jnp.int32), sds((n,), jnp.int32), sds((n,), f32)]
     )
     if search_padding is not None:
         out_shape += [sds((n * mq,), f32)] * 2 + [sds((n * mc,), f32)] * 2
@@ -547,14 +639,15 @@ def tag_vector_step(
             flops=int(n * m * (50 + 8 * nt)),
             transcendentals=int(3 * n * m),
             bytes_accessed=int(
-                n * m * (4 * 5 + 1 + 8 + (12 if reset else 0) + 4 * 6 + 4) + n * extra
+                n * m * (4 * 5 + 1 + 8 + (12 if reset == "uniforms" else 0) + 4 * 6 + 4)
+                + n * (extra + (8 if reset == "keys" else 0))
             ),
         ),
         interpret=interpret,
         name="tag_vector_step",
     )(*args)
-    xo, yo, vo, tho, ao, go, to, rt, rr, mt, mr, ut, ur, vt, vr, done, left, tags = outs[:18]
-    rest = list(outs[18:])
+    xo, yo, vo, tho, ao, go, to, rt, rr, mt, mr, ut, ur, vt, vr, done, left, tags, tm = outs[:19]
+    rest = list(outs[19:])
     search = None
     if search_padding is not None:
         xq, yq, xc, yc = rest[:4]
@@ -570,6 +663,6 @@ def tag_vector_step(
 
     return VectorStepOut(
         agents(xo), agents(yo), agents(vo), agents(tho), agents(ao), agents(go), to,
-        pair(rt, rr), pair(mt, mr), pair(ut, ur), pair(vt, vr), done, left, tags, search,
-        table,
+        pair(rt, rr), pair(mt, mr), pair(ut, ur), pair(vt, vr), done, left, tags, tm,
+        search, table,
     )  # fmt: skip

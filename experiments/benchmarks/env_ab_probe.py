@@ -11,7 +11,8 @@ read when the env is traced (`SETTINGS`: ``chunk`` = `kernels.CHUNK_SIZE`, ``unr
 `kernels.BRUTE_UNROLL`, ``network`` = `kernels.PACKED_NETWORK`, ``sort`` =
 `kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``order`` =
 `kernels.CHUNK_ORDER`, ``elements`` = `vector_step.DEFAULT_ELEMENTS`, ``warps`` =
-`vector_step.DEFAULT_WARPS`, ``table`` = `vector_step.TABLE_STORE`), restored
+`vector_step.DEFAULT_WARPS`, ``table`` = `vector_step.TABLE_STORE`, ``draws`` =
+`env.RESET_DRAWS_IN_KERNEL` as 1 or 0), restored
 afterwards, the env's ``step`` (``step_impl``) and the harness's ``fold``
 (`time_env_steps`'s, 1 or 0). The variants run in turn ``--rounds`` times, so drift over
 time shows as the spread of one variant's rounds, not as a difference between variants.
@@ -33,6 +34,7 @@ from typing import Any
 import jax
 from absl import app, flags
 
+from environments.tag_continuous import env as tag_env
 from environments.tag_continuous import kernels, knn_obs, vector_step
 from experiments.benchmarks.knn_obs_probe import check_states, compare, make_env, parse_config
 from experiments.benchmarks.timing import append_jsonl, device_info, time_env_steps
@@ -43,7 +45,7 @@ FLAGS = flags.FLAGS
 
 
 #: Settings a variant may change: ``name -> (module, attribute, kind)``; each is a module
-#: default read when the env is traced (kind "pow2": a power of two >= 1).
+#: default read when the env is traced (kind "pow2": a power of two >= 1; "bool": 1 or 0).
 SETTINGS = {
     "chunk": (kernels, "CHUNK_SIZE", "pow2"),  # sorted search: candidates per chunk
     "unroll": (kernels, "BRUTE_UNROLL", "pow2"),  # brute-force search: unroll
@@ -54,6 +56,7 @@ SETTINGS = {
     "elements": (vector_step, "DEFAULT_ELEMENTS", "pow2"),  # batched step: per program
     "warps": (vector_step, "DEFAULT_WARPS", "pow2"),  # batched step: Triton warps
     "table": (vector_step, "TABLE_STORE", vector_step.TABLE_STORE_FORMS),  # its table store
+    "draws": (tag_env, "RESET_DRAWS_IN_KERNEL", "bool"),  # batched step: reset's uniforms
     "step": (None, "step_impl", ("auto", "xla", "pallas", "vector")),  # env's step_impl
     "fold": (None, "fold", ("1", "0")),  # the harness's output folds
 }
@@ -92,7 +95,11 @@ def parse_variant(text: str) -> Variant:
         if not eq or name not in SETTINGS:
             raise ValueError(f"unknown setting {part!r} in {text!r}; settings: {list(SETTINGS)}")
         kind = SETTINGS[name][2]
-        if kind == "pow2":
+        if kind == "bool":
+            if value not in ("1", "0"):
+                raise ValueError(f"{name} must be 1 or 0, got {value!r} in {text!r}")
+            settings.append((name, value == "1"))
+        elif kind == "pow2":
             if not re.fullmatch(r"\d+", value) or int(value) < 1 or int(value) & (int(value) - 1):
                 raise ValueError(f"{name} must be a power of two >= 1, got {value!r} in {text!r}")
             settings.append((name, int(value)))
@@ -134,7 +141,7 @@ def run_variant(
 
 def _name(variant: Variant) -> str:
     form, settings = variant
-    return "/".join([form] + [f"{name}={value}" for name, value in settings])
+    return "/".join([form] + [f"{name}={int(v) if isinstance(v, bool) else v}" for name, v in settings])
 
 
 def probe(

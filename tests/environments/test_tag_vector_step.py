@@ -9,9 +9,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import jaxdrive
 from environments.tag_continuous import TagContinuous, vector_step
+from environments.tag_continuous import env as env_module
 from tests.environments.tag_helpers import assert_bitwise
 from tests.environments.test_tag_step_kernel import _actions, _params, _random_state
 
@@ -138,6 +141,84 @@ def test_program_layouts_agree() -> None:
     base = run()
     for e in (1, 2, 4):
         assert_bitwise(run(envs_per_program=e), base, f"envs_per_program={e}")
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), m=st.integers(1, 300), n=st.integers(1, 4))
+def test_uniforms_from_key_data_equal_jax_random(seed: int, m: int, n: int) -> None:
+    """`uniform_from_key_data` reproduces ``jax.random.uniform`` (and `threefry2x32` the
+    key split) bit for bit."""
+    keys = jax.random.split(jax.random.key(seed), n)
+    data = vector_step.key_data_for_uniforms(keys)
+    ref = jax.vmap(lambda k: jax.random.uniform(k, (3, m), jnp.float32))(keys)
+    idx = jnp.arange(3 * m, dtype=jnp.uint32).reshape(3, m)
+    got = jax.vmap(lambda d: vector_step.uniform_from_key_data(d[0], d[1], idx))(data)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
+    d = jax.random.key_data(jax.random.key(seed))
+    idx = jnp.arange(2 * n, dtype=jnp.uint32)
+    words = vector_step.threefry2x32(d[0], d[1], jnp.zeros_like(idx), idx)
+    split = jax.random.key_data(jax.random.split(jax.random.key(seed), 2 * n))
+    np.testing.assert_array_equal(np.stack([np.asarray(w) for w in words], -1), split)
+
+
+def test_key_data_only_where_the_draws_can_be_reproduced() -> None:
+    keys = jax.random.split(jax.random.key(0), 3)
+    assert vector_step.key_data_for_uniforms(keys).shape == (3, 2)
+    raw = jax.random.key_data(keys)
+    assert vector_step.key_data_for_uniforms(raw) is raw
+    rbg = jax.random.split(jax.random.key(0, impl="rbg"), 3)
+    assert vector_step.key_data_for_uniforms(rbg) is None
+    assert vector_step.key_data_for_uniforms(jnp.zeros((3, 4), jnp.uint32)) is None
+    with jax.threefry_partitionable(False):
+        assert vector_step.key_data_for_uniforms(keys) is None
+
+
+def test_kernel_draws_equal_given_uniforms() -> None:
+    """Episodes ending this step (``t = episode_length − 1``) in some envs: drawing the
+    reset's uniforms in the kernel from the keys' data equals passing `reset_env`'s."""
+    _, env = _pair(num_taggers=2, num_runners=5, num_other_agents_observed=2, episode_length=4)
+    p = env.default_params
+    rng = np.random.default_rng(1)
+    s, a = _batch(rng, env, p, (3, 0, 3, 1, 3))
+    keys = jax.random.split(jax.random.key(4), 5)
+    u = jax.vmap(env._reset_uniforms)(keys)
+    vals = [getattr(env._f32(p), name) for name in vector_step.RAW_PARAMS]
+
+    def run(u, data, **kw):
+        return vector_step.tag_vector_step(
+            vals, s.x, s.y, s.speed, s.direction, s.acceleration, s.in_game, s.t,
+            a["tagger"], a["runner"], u, reset_key_data=data, tagger_ids=env.tagger_ids,
+            num_acceleration_levels=env.num_acceleration_levels,
+            num_turn_levels=env.num_turn_levels, episode_length=env.episode_length,
+            runner_exits_game_after_tagged=True, **kw,
+        )  # fmt: skip
+
+    base = run(u, None)
+    assert np.asarray(base.done).tolist() == [True, False, True, False, True]
+    data = vector_step.key_data_for_uniforms(keys)
+    for e in (1, 2, 8):
+        assert_bitwise(run(None, data, envs_per_program=e), base, f"key data, E={e}")
+    with pytest.raises(ValueError, match="not both"):
+        run(u, data)
+    with pytest.raises(ValueError, match="reset_key_data must be"):
+        run(None, data.astype(jnp.int32))
+
+
+@pytest.mark.parametrize("draws", [False, True])
+def test_reset_draws_with_other_keys(draws: bool, monkeypatch) -> None:
+    """With rbg keys (not reproducible in the kernel) or the in-kernel draws switched off,
+    the env draws the uniforms itself: still the XLA step's rollout."""
+    monkeypatch.setattr(env_module, "RESET_DRAWS_IN_KERNEL", draws)
+    ref_env, env = _pair(
+        num_taggers=2, num_runners=4, num_other_agents_observed=2, episode_length=3
+    )
+    p = env.default_params
+    key = jax.random.key(5, impl="rbg") if draws else jax.random.key(5)
+    kw = {"num_envs": 3, "num_steps": 7}
+    ref = jaxdrive.rollout(ref_env, jaxdrive.random_policy(ref_env), key, p, **kw)
+    got = jaxdrive.rollout(env, jaxdrive.random_policy(env), key, p, **kw)
+    assert np.asarray(ref.timesteps.done).any()
+    assert_bitwise(got, ref, f"rollout, draws in kernel {draws}")
 
 
 def test_outer_vmap() -> None:

@@ -129,11 +129,12 @@ def test_step_kernel_lowers_to_triton(fence: bool, tagger_ids) -> None:
 @pytest.mark.parametrize(
     ("tagger_ids", "reset", "extras"),
     [
-        (tuple(range(T)), True, True),  # unrolled tagger loops, all outputs
-        (tuple(range(0, 2 * (vector_step.UNROLL_TAGGERS + 1), 2)), False, False),  # fori loops
+        (tuple(range(T)), "uniforms", True),  # unrolled tagger loops, all outputs
+        (tuple(range(T)), "keys", False),  # the reset's uniforms drawn in the kernel
+        (tuple(range(0, 2 * (vector_step.UNROLL_TAGGERS + 1), 2)), None, False),  # fori loops
     ],
 )
-def test_vector_step_lowers_to_triton(tagger_ids, reset: bool, extras: bool) -> None:
+def test_vector_step_lowers_to_triton(tagger_ids, reset: str | None, extras: bool) -> None:
     x, y, g = _positions()
     nt = len(tagger_ids)
     vals = [jnp.float32(1.0)] * len(vector_step.RAW_PARAMS)
@@ -146,7 +147,8 @@ def test_vector_step_lowers_to_triton(tagger_ids, reset: bool, extras: bool) -> 
 
     def fn(x, y, g):
         return vector_step.tag_vector_step(
-            vals, x, y, z, z, z, g, t, act_t, act_r, u if reset else None,
+            vals, x, y, z, z, z, g, t, act_t, act_r, u if reset == "uniforms" else None,
+            reset_key_data=jnp.ones((N, 2), jnp.uint32) if reset == "keys" else None,
             tagger_ids=tagger_ids, num_acceleration_levels=6, num_turn_levels=6,
             episode_length=50, runner_exits_game_after_tagged=True, search_padding=padding,
             feature_table=extras, interpret=False,
