@@ -141,7 +141,8 @@ def run_variant(
 
 def _name(variant: Variant) -> str:
     form, settings = variant
-    return "/".join([form] + [f"{name}={int(v) if isinstance(v, bool) else v}" for name, v in settings])
+    parts = [f"{name}={int(v) if isinstance(v, bool) else v}" for name, v in settings]
+    return "/".join([form, *parts])
 
 
 def probe(
