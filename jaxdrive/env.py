@@ -112,15 +112,19 @@ class Env(abc.ABC, Generic[StateT, ParamsT]):
         state: StateT,
         actions: dict[str, jax.Array],
         params: ParamsT,
+        *,
+        step_key: jax.Array | None = None,
     ) -> tuple[StateT, TimeStep] | None:
         """Optional: the step of a batch of ``N`` envs with shared ``params`` (every leaf of
         ``state`` and ``actions`` with a leading env axis), then, when ``reset_keys [N]``
         is given, each finished env reset from its key and selected in, with the
         observations of the resulting states: exactly what `jaxdrive.vectorize`'s ``step``
         computes by `jax.vmap` (``keep_final_obs`` off, no reset pool), but in fewer
-        kernels. ``None`` (the default) lets `vectorize` do it by `jax.vmap`. Wrappers
-        inherit this default, so a wrapper's own step is never skipped."""
-        del reset_keys, state, actions, params
+        kernels. ``step_key``: the key ``reset_keys`` were split from
+        (`jaxdrive.vector.split_step_key`), for an env that derives them itself (in a
+        kernel, say). ``None`` (the default) lets `vectorize` do it by `jax.vmap`.
+        Wrappers inherit this default, so a wrapper's own step is never skipped."""
+        del reset_keys, state, actions, params, step_key
         return None
 
     # ----- public API -----------------------------------------------------------------

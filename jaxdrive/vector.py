@@ -33,6 +33,7 @@ __all__ = [
     "VecEnv",
     "random_policy",
     "rollout",
+    "split_step_key",
     "vectorize",
 ]
 
@@ -147,8 +148,7 @@ class VecEnv:
                         f"actions['{g}'] must have a leading env axis of size {self.num_envs}, "
                         f"got shape {getattr(a, 'shape', None)}"
                     )
-        # one split for the step's and the reset's per-env keys (no scalar split first)
-        keys, r_keys = jax.random.split(key, (2, self.num_envs))
+        keys, r_keys = split_step_key(key, self.num_envs)
         keep = self.keep_final_obs
         select = self.reset_mode == "select" or (
             self.reset_mode == "auto"
@@ -162,7 +162,9 @@ class VecEnv:
             not self.auto_reset or (select and self.reset_pool is None)
         ):
             # the env's own batched step, where it has one (`Env.vector_step`)
-            out = self.env.vector_step(r_keys if self.auto_reset else None, state, actions, params)
+            out = self.env.vector_step(
+                r_keys if self.auto_reset else None, state, actions, params, step_key=key
+            )
             if out is not None:
                 return out
         state, ts = jax.vmap(self.env.step, in_axes=(0, 0, 0, self.params_axis))(
@@ -200,6 +202,14 @@ class VecEnv:
 def vectorize(env: Env, num_envs: int, **kwargs: Any) -> VecEnv:
     """``num_envs`` copies of ``env`` as a `VecEnv` (see its docstring for options)."""
     return VecEnv(env, num_envs, **kwargs)
+
+
+def split_step_key(key: jax.Array, num_envs: int) -> tuple[jax.Array, jax.Array]:
+    """``(step_keys [N], reset_keys [N])``: the per-env keys `VecEnv.step` gives each
+    env's ``step`` and, with auto-reset, its reset; one split of ``key`` into ``[2, N]``
+    (no scalar split first). Row ``r`` env ``e`` is element ``r·N + e`` of that split."""
+    keys = jax.random.split(key, (2, num_envs))
+    return keys[0], keys[1]
 
 
 @functools.lru_cache(maxsize=64)

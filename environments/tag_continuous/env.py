@@ -870,23 +870,34 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         state: TagState,
         actions: dict[str, jax.Array],
         params: TagContinuousParams,
+        *,
+        step_key: jax.Array | None = None,
         **options: Any,
     ) -> tuple[TagState, TimeStep] | None:
         """With ``step_impl="vector"``: a batch's step and auto-reset by one kernel
         (`vector_step.tag_vector_step`; ``options``: its ``fence_products``,
         ``envs_per_program``, ``num_warps``, ``interpret``), then the observations of the
-        new states; see `jaxdrive.Env.vector_step`. Otherwise ``None``."""
+        new states; see `jaxdrive.Env.vector_step`. Otherwise ``None``. With
+        `RESET_DRAWS_IN_KERNEL` and threefry keys the kernel derives the reset keys from
+        ``step_key`` (else takes ``reset_keys``' data) and draws the reset's uniforms."""
         if self._resolved_step_impl() != "vector":
             return None
         validate_params(params)
         actions = jax.vmap(functools.partial(check_actions, self))(actions)
         # the reset's uniforms: drawn by the kernel from the keys' data where it can
         # reproduce `_reset_uniforms` (threefry keys), else drawn here
-        u = data = None
+        u = data = parent = None
         if reset_keys is not None:
-            if RESET_DRAWS_IN_KERNEL:
+            if (
+                RESET_DRAWS_IN_KERNEL
+                and step_key is not None
+                and jnp.ndim(step_key)
+                == (0 if jnp.issubdtype(step_key.dtype, jax.dtypes.prng_key) else 1)
+            ):
+                parent = vector_step.key_data_for_uniforms(step_key)
+            if RESET_DRAWS_IN_KERNEL and parent is None:
                 data = vector_step.key_data_for_uniforms(reset_keys)
-            if data is None:
+            if parent is None and data is None:
                 u = jax.vmap(self._reset_uniforms)(reset_keys)
         options.setdefault("interpret", jax.default_backend() != "gpu")
         p = self._f32(params)
@@ -899,6 +910,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             *args,
             u,
             reset_key_data=data,
+            step_key_data=parent,
             **static,
             search_padding=padding,
             feature_table=padding is not None,

@@ -166,17 +166,17 @@ def uniform_from_key_data(k0: jax.Array, k1: jax.Array, index: jax.Array) -> jax
 
 
 def key_data_for_uniforms(keys: jax.Array) -> jax.Array | None:
-    """``[N, 2]`` uint32: the data of the threefry keys ``keys [N]`` (typed, or raw
-    ``[N, 2]`` uint32), from which `uniform_from_key_data` reproduces
-    ``jax.random.uniform``; ``None`` where it cannot (another PRNG implementation, or
-    ``jax_threefry_partitionable`` off)."""
+    """``[..., 2]`` uint32: the data of the threefry keys ``keys [...]`` (typed, or raw
+    ``[..., 2]`` uint32), from which `threefry2x32` and `uniform_from_key_data`
+    reproduce ``jax.random.split`` and ``jax.random.uniform``; ``None`` where they
+    cannot (another PRNG implementation, or ``jax_threefry_partitionable`` off)."""
     if not jax.config.jax_threefry_partitionable:
         return None
     if jnp.issubdtype(keys.dtype, jax.dtypes.prng_key):
-        if str(jax.random.key_impl(keys)) != "threefry2x32" or keys.ndim != 1:
+        if str(jax.random.key_impl(keys)) != "threefry2x32":
             return None
         return jax.random.key_data(keys)
-    if keys.dtype == jnp.uint32 and keys.ndim == 2 and keys.shape[1] == 2:
+    if keys.dtype == jnp.uint32 and keys.ndim >= 1 and keys.shape[-1] == 2:
         if jax.config.jax_default_prng_impl != "threefry2x32":
             return None
         return keys
@@ -210,7 +210,7 @@ def _vector_kernel(
     tid_ref = refs.pop(0) if ids is None else None
     x_ref, y_ref, v_ref, th_ref, a_ref, g_ref, t_ref, at_ref, ar_ref = refs[:9]
     del refs[:9]
-    u_ref = refs.pop(0) if reset else None  # uniforms [N·3·M], or key data [N·2]
+    u_ref = refs.pop(0) if reset else None  # uniforms [N·3·M], key data [N·2] or [2]
     (xo_ref, yo_ref, vo_ref, tho_ref, ao_ref, go_ref, to_ref, rew_t_ref, rew_r_ref,
      term_t_ref, term_r_ref, trunc_t_ref, trunc_r_ref, act_t_ref, act_r_ref, done_ref,
      left_ref, tags_ref, time_ref) = refs[:19]  # fmt: skip
@@ -352,12 +352,18 @@ def _vector_kernel(
     if reset:  # the start state of `reset_env`, selected where the episode ended
         base = env * (3 * m) + ic
         fresh = done & valid  # only the envs that reset read their uniforms
-        if reset == "keys":  # drawn here, only in programs where an env resets
+        if reset in ("keys", "step_key"):  # drawn here, only in programs where one resets
 
             def draw(_):
-                k0, k1 = (
-                    pl_triton.load(u_ref.at[env * 2 + w], mask=fresh, other=0) for w in range(2)
-                )
+                if reset == "step_key":  # each env's reset key: element (1, e) of the split
+                    k0, k1 = threefry2x32(
+                        u_ref[0], u_ref[1], jnp.zeros(shape, jnp.uint32),
+                        (n + env).astype(jnp.uint32),
+                    )  # fmt: skip
+                else:
+                    k0, k1 = (
+                        pl_triton.load(u_ref.at[env * 2 + w], mask=fresh, other=0) for w in range(2)
+                    )
                 return tuple(
                     uniform_from_key_data(k0, k1, (ic + c * m).astype(jnp.uint32)) for c in range(3)
                 )
@@ -485,6 +491,7 @@ def tag_vector_step(
     reset_uniforms: jax.Array | None,
     *,
     reset_key_data: jax.Array | None = None,
+    step_key_data: jax.Array | None = None,
     tagger_ids: Sequence[int],
     num_acceleration_levels: int,
     num_turn_levels: int,
@@ -510,6 +517,9 @@ def tag_vector_step(
       reset_key_data: instead of ``reset_uniforms``, ``[N, 2]`` uint32, the data of each
         env's threefry reset key (`key_data_for_uniforms`): the kernel draws the same
         uniforms itself (`uniform_from_key_data`), only in programs where an env resets.
+      step_key_data: instead of either, ``[2]`` uint32, the data of the threefry key the
+        reset keys are split from (`jaxdrive.vector.split_step_key`: env ``e``'s is
+        element ``N + e`` of the split): the kernel derives each env's key, then draws.
       tagger_ids: static sorted tagger ids; the runners are the other ids.
       search_padding: ``(MQ, MC)``, each at most ``MP``: also write the brute-force
         search's padded inputs of the new state (`kernels.brute_padding`).
@@ -551,8 +561,11 @@ def tag_vector_step(
             f"actions must be [{n}, {nt}, 2] and [{n}, {nr}, 2], got "
             f"{act_tagger.shape}, {act_runner.shape}"
         )
-    if reset_uniforms is not None and reset_key_data is not None:
-        raise ValueError("give reset_uniforms or reset_key_data, not both")
+    given = [v is not None for v in (reset_uniforms, reset_key_data, step_key_data)]
+    if sum(given) > 1:
+        raise ValueError(
+            "give one of reset_uniforms, reset_key_data and step_key_data, not several"
+        )
     reset = None
     if reset_uniforms is not None:
         reset = "uniforms"
@@ -565,8 +578,14 @@ def tag_vector_step(
                 f"reset_key_data must be [{n}, 2] uint32, got {reset_key_data.shape} "
                 f"{reset_key_data.dtype}"
             )
-        if 3 * m > 2**32:
-            raise ValueError(f"reset_key_data draws need 3·M < 2**32, got M={m}")
+    elif step_key_data is not None:
+        reset = "step_key"
+        if step_key_data.shape != (2,) or step_key_data.dtype != jnp.uint32:
+            raise ValueError(
+                f"step_key_data must be [2] uint32, got {step_key_data.shape} {step_key_data.dtype}"
+            )
+    if reset in ("keys", "step_key") and (3 * m > 2**32 or 2 * n > 2**32):
+        raise ValueError(f"in-kernel draws need 3·M and 2·N below 2**32, got M={m}, N={n}")
     la, lt = int(num_acceleration_levels), int(num_turn_levels)
     mp = lanes(m)
     mq, mc = (0, 0) if search_padding is None else (int(v) for v in search_padding)
@@ -605,6 +624,8 @@ def tag_vector_step(
         args.append(reset_uniforms.astype(f32).reshape(-1))
     elif reset == "keys":
         args.append(reset_key_data.reshape(-1))
+    elif reset == "step_key":
+        args.append(step_key_data)
     lay = _Layout(n, m, mp, be, nt, nr, la, lt, mq, mc)
     kernel = functools.partial(
         _vector_kernel, lay=lay, ids=ids if unrolled else None,

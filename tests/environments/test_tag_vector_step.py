@@ -175,19 +175,22 @@ def test_key_data_only_where_the_draws_can_be_reproduced() -> None:
 
 def test_kernel_draws_equal_given_uniforms() -> None:
     """Episodes ending this step (``t = episode_length − 1``) in some envs: drawing the
-    reset's uniforms in the kernel from the keys' data equals passing `reset_env`'s."""
+    reset's uniforms in the kernel from the reset keys' data, or from the step key they
+    are split from, equals passing `reset_env`'s."""
     _, env = _pair(num_taggers=2, num_runners=5, num_other_agents_observed=2, episode_length=4)
     p = env.default_params
     rng = np.random.default_rng(1)
     s, a = _batch(rng, env, p, (3, 0, 3, 1, 3))
-    keys = jax.random.split(jax.random.key(4), 5)
+    parent = jax.random.key(4)
+    keys = jaxdrive.vector.split_step_key(parent, 5)[1]
     u = jax.vmap(env._reset_uniforms)(keys)
     vals = [getattr(env._f32(p), name) for name in vector_step.RAW_PARAMS]
 
-    def run(u, data, **kw):
+    def run(u, data, parent=None, **kw):
         return vector_step.tag_vector_step(
             vals, s.x, s.y, s.speed, s.direction, s.acceleration, s.in_game, s.t,
-            a["tagger"], a["runner"], u, reset_key_data=data, tagger_ids=env.tagger_ids,
+            a["tagger"], a["runner"], u, reset_key_data=data, step_key_data=parent,
+            tagger_ids=env.tagger_ids,
             num_acceleration_levels=env.num_acceleration_levels,
             num_turn_levels=env.num_turn_levels, episode_length=env.episode_length,
             runner_exits_game_after_tagged=True, **kw,
@@ -196,12 +199,34 @@ def test_kernel_draws_equal_given_uniforms() -> None:
     base = run(u, None)
     assert np.asarray(base.done).tolist() == [True, False, True, False, True]
     data = vector_step.key_data_for_uniforms(keys)
+    parent = vector_step.key_data_for_uniforms(parent)
     for e in (1, 2, 8):
         assert_bitwise(run(None, data, envs_per_program=e), base, f"key data, E={e}")
-    with pytest.raises(ValueError, match="not both"):
+        got = run(None, None, parent, envs_per_program=e)
+        assert_bitwise(got, base, f"step key data, E={e}")
+    with pytest.raises(ValueError, match="not several"):
         run(u, data)
     with pytest.raises(ValueError, match="reset_key_data must be"):
         run(None, data.astype(jnp.int32))
+    with pytest.raises(ValueError, match="step_key_data must be"):
+        run(None, None, data)
+
+
+def test_direct_hook_call_without_step_key() -> None:
+    """`TagContinuous.vector_step` called without ``step_key`` (the reset keys' data
+    then) equals the XLA step's auto-reset."""
+    ref_env, env = _pair(
+        num_taggers=2, num_runners=4, num_other_agents_observed=2, episode_length=3
+    )
+    p = env.default_params
+    rng = np.random.default_rng(2)
+    s, a = _batch(rng, env, p, (2, 0, 2))
+    key = jax.random.key(8)
+    ref = jax.jit(jaxdrive.vectorize(ref_env, 3).step)(key, s, a, p)
+    r_keys = jaxdrive.vector.split_step_key(key, 3)[1]
+    got = jax.jit(env.vector_step)(r_keys, s, a, p)
+    assert np.asarray(ref[1].done).tolist() == [True, False, True]
+    assert_bitwise(got, ref, "hook without step_key")
 
 
 @pytest.mark.parametrize("draws", [False, True])

@@ -131,6 +131,7 @@ def test_step_kernel_lowers_to_triton(fence: bool, tagger_ids) -> None:
     [
         (tuple(range(T)), "uniforms", True),  # unrolled tagger loops, all outputs
         (tuple(range(T)), "keys", False),  # the reset's uniforms drawn in the kernel
+        (tuple(range(T)), "step_key", True),  # ... from keys derived in the kernel
         (tuple(range(0, 2 * (vector_step.UNROLL_TAGGERS + 1), 2)), None, False),  # fori loops
     ],
 )
@@ -149,6 +150,7 @@ def test_vector_step_lowers_to_triton(tagger_ids, reset: str | None, extras: boo
         return vector_step.tag_vector_step(
             vals, x, y, z, z, z, g, t, act_t, act_r, u if reset == "uniforms" else None,
             reset_key_data=jnp.ones((N, 2), jnp.uint32) if reset == "keys" else None,
+            step_key_data=jnp.ones((2,), jnp.uint32) if reset == "step_key" else None,
             tagger_ids=tagger_ids, num_acceleration_levels=6, num_turn_levels=6,
             episode_length=50, runner_exits_game_after_tagged=True, search_padding=padding,
             feature_table=extras, interpret=False,
