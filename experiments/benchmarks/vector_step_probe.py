@@ -55,6 +55,10 @@ def define_flags() -> None:
     flags.DEFINE_integer("vs_check_steps", 20, "random steps before the stepped check states")
     flags.DEFINE_list("vs_variants", ["default"], "kernel settings to time (module docstring)")
     flags.DEFINE_bool("vs_check", True, "run the check rows")
+    flags.DEFINE_list(
+        "vs_check_states", ["reset", "stepped", "last_step"], "state sets of the check rows"
+    )
+    flags.DEFINE_bool("vs_time", True, "run the timing rows")
     flags.DEFINE_string("probe_out", "", "JSON-lines file to append to (none if empty)")
 
 
@@ -213,7 +217,7 @@ def main(argv: list[str]) -> None:
     rows = []
     if FLAGS.vs_check:
         print(f"\n== check {n} x ({t}+{r}) against the XLA step")
-        for row in check(t, r, n, k, check_steps):
+        for row in check(t, r, n, k, check_steps, only=tuple(FLAGS.vs_check_states)):
             rows.append(dict(base, **row))
             print(
                 f"{row['states']:10} auto_reset={row['auto_reset']!s:5} {row['params']:8} "
@@ -222,8 +226,9 @@ def main(argv: list[str]) -> None:
             )
             for leaf, d in row["leaves"].items():
                 print(f"    {leaf} ({d['dtype']}): {d['differing']} ({d['signed_zeros']} ±0)")
-    print(f"\n== time {n} x ({t}+{r}), {steps} steps per call, median of {repeats}")
-    for text in ["xla", *FLAGS.vs_variants]:
+    if FLAGS.vs_time:
+        print(f"\n== time {n} x ({t}+{r}), {steps} steps per call, median of {repeats}")
+    for text in ["xla", *FLAGS.vs_variants] if FLAGS.vs_time else []:
         variant = {"xla": 1} if text == "xla" else parse_variant(text)
         rec = time_variant(t, r, n, k, variant, steps, repeats)
         rows.append(dict(base, variant=text, **rec))
