@@ -24,7 +24,6 @@ from jaxdrive.spaces import Box, MultiDiscrete
 from jaxdrive.types import EnvParams, TimeStep
 
 __all__ = [
-    "KNN_OBS_ONE_LAUNCH",
     "RESET_DRAWS_IN_KERNEL",
     "VECTOR_MAX_AGENTS",
     "TagContinuous",
@@ -48,10 +47,6 @@ VECTOR_MAX_AGENTS = 1024
 #: only for programs where an env resets, instead of an XLA kernel drawing ``[N, 3, M]``
 #: every step. ``False``: the XLA draw (the A/B probes' setting ``draws``).
 RESET_DRAWS_IN_KERNEL = True
-#: The Pallas k-nearest writer builds every group's observations in one kernel launch
-#: (`knn_obs.knn_obs_pallas_groups`) instead of one launch per group. ``False``: one per
-#: group (the A/B probes' setting ``launch``).
-KNN_OBS_ONE_LAUNCH = True
 
 
 @struct.dataclass
@@ -566,11 +561,6 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         form = self._resolved_knn_obs_impl()
         if form == "pallas" and alone and len(rows) * self.num_other_agents_observed == 1:
             form = "xla"
-        feats, scale, time, kw = self._knn_inputs(state, params, form, time, options)
-        return knn_obs.knn_obs(form, feats, idx, valid, rows, scale, state.in_game, time, **kw)
-
-    def _knn_inputs(self, state, params, form, time, options):
-        """``(feats [7, M], scale [7], time [], kwargs)`` of the k-nearest writer."""
         kw = {}
         if form == "pallas":
             constant = _concrete(params.grid_length) and _concrete(params.max_speed)
@@ -584,41 +574,8 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         scale = jnp.stack([diag, diag, ms, ms, jnp.float32(_TWO_PI), one, one])  # [7]
         if time is None:
             time = state.t.astype(jnp.float32) / jnp.float32(self.episode_length)
-        return self._features(state), scale, time, kw
-
-    def _observe_knn_groups(
-        self,
-        state: TagState,
-        params: TagContinuousParams,
-        groups: dict[str, Sequence[int]],
-        idx: jax.Array,
-        valid: jax.Array | None,
-        *,
-        alone: bool = True,
-        time: jax.Array | None = None,
-        **options: Any,
-    ) -> dict[str, jax.Array]:
-        """`_observe_knn` of each group ``{name: rows}``; with the Pallas writer and
-        `KNN_OBS_ONE_LAUNCH`, all groups in one kernel launch
-        (`knn_obs.knn_obs_pallas_groups`), the same values."""
-        k = self.num_other_agents_observed
-        if (
-            not KNN_OBS_ONE_LAUNCH
-            or len(groups) < 2
-            or self._resolved_knn_obs_impl() != "pallas"
-            or (alone and any(len(rows) * k == 1 for rows in groups.values()))
-        ):
-            return {
-                g: self._observe_knn(
-                    state, params, rows, idx, valid, alone=alone, time=time, **options
-                )
-                for g, rows in groups.items()
-            }
-        feats, scale, time, kw = self._knn_inputs(state, params, "pallas", time, options)
-        outs = knn_obs.knn_obs_pallas_groups(
-            feats, idx, valid, list(groups.values()), scale, state.in_game, time, **kw
-        )
-        return dict(zip(groups, outs, strict=True))
+        feats = self._features(state)  # [7, M]
+        return knn_obs.knn_obs(form, feats, idx, valid, rows, scale, state.in_game, time, **kw)
 
     def _features(self, state: TagState) -> jax.Array:
         """``[7, M]``: x, y, speed, acceleration, direction (the five relative features),
@@ -669,7 +626,10 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             # observation by "gather" one [M, D] pass then slicing measured faster: 0.56 vs
             # 0.78 ms per step of 1000 × (10+100) envs)
             idx, valid = self._nearest_k(state)
-            return self._observe_knn_groups(state, params, ids, idx, valid, alone=contiguous)
+            return {
+                g: self._observe_knn(state, params, i, idx, valid, alone=contiguous)
+                for g, i in ids.items()
+            }
         else:
             return self.split_groups(self.observe(state, params))
 
@@ -968,9 +928,12 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             ids, contiguous = self._group_rows()
 
             def observe(state, lists, table, time):
-                return self._observe_knn_groups(
-                    state, params, ids, lists, None, alone=contiguous, table=table, time=time
-                )
+                return {
+                    g: self._observe_knn(
+                        state, params, i, lists, None, alone=contiguous, table=table, time=time
+                    )
+                    for g, i in ids.items()
+                }
 
             obs = jax.vmap(observe)(new, lists, out.table, out.time)
 

@@ -80,7 +80,6 @@ __all__ = [
     "IMPLS",
     "knn_obs",
     "knn_obs_pallas",
-    "knn_obs_pallas_groups",
     "knn_obs_xla",
     "obs_size",
     "with_valid",
@@ -196,35 +195,24 @@ def _agent_major(feats: jax.Array, in_game: jax.Array) -> jax.Array:
 
 
 def _knn_obs_kernel(
-    table_ref, code_ref, scale_ref, time_ref, *refs, m, k, groups, block, reciprocal, raw,
+    table_ref, code_ref, scale_ref, time_ref, *refs, m, k, n, lo, block, reciprocal, raw,
     interpret,
 ):  # fmt: skip
-    """One block of ``B`` consecutive elements of one group's flat ``[n·D]`` observations
-    (of one env).
+    """One block of ``B`` consecutive elements of one env's flat ``[n·D]`` observations.
 
     ``table_ref [8M]`` agent-major features (`_agent_major`), ``code_ref [M·k]``
     neighbour codes (`_encode`; with ``raw``, ``−1`` for an empty slot, which reads the
-    observer's own row as the searches' padding ``idx = i`` does), ``scale_ref [7]`` (the
-    scale, or ``1/scale`` with ``reciprocal``), ``time_ref [1]``, then ``ids_ref [n]`` for
-    each group whose rows are not contiguous, then each group's ``out_ref [n·D]``.
-    ``groups``: static ``(n, lo, first_program)`` per group (``lo``: the first row id if
-    contiguous, else ``None``); the programs from ``first_program`` on are the group's.
+    observer's own row as the searches' padding ``idx = i`` does), ``scale_ref [7]`` (the scale, or
+    ``1/scale`` with ``reciprocal``), ``time_ref [1]``, optional ``ids_ref [n]`` (rows not
+    contiguous), ``out_ref [n·D]``.
     """
-    nid = sum(lo is None for _, lo, _ in groups)
-    id_refs, out_refs = list(refs[:nid]), refs[nid:]
+    if lo is None:
+        ids_ref, out_ref = refs
+    else:
+        (out_ref,) = refs
     d = obs_size(k)
-    pid = pl.program_id(0)
-    # the program's group ``gi`` and that group's size and first program (scalars)
-    gi = sum(((pid >= first).astype(jnp.int32) for _, _, first in groups[1:]), jnp.int32(0))
-
-    def pick(values):
-        out = jnp.int32(values[0])
-        for g, v in enumerate(values[1:], 1):
-            out = jnp.where(gi == g, jnp.int32(v), out)
-        return out
-
-    total = pick([n * d for n, _, _ in groups])
-    e0 = (pid - pick([first for _, _, first in groups])) * block
+    total = n * d
+    e0 = pl.program_id(0) * block
     e = e0 + lax.broadcasted_iota(jnp.int32, (block,), 0)  # [B] flat element
     inside = e < total
     ec = jnp.minimum(e, total - 1)  # loads stay in range past the end
@@ -233,13 +221,7 @@ def _knn_obs_kernel(
     f = lax.div(c, jnp.int32(k))  # feature, 7 in the time column
     s = c - f * k  # slot (0 in the time column)
     fc = jnp.minimum(f, NUM_FEATURES - 1)
-    i = None  # the observing agent
-    for g, (n, lo, _) in enumerate(groups):
-        if lo is None:
-            i_g = id_refs.pop(0)[jnp.minimum(r, n - 1)]
-        else:
-            i_g = r + lo
-        i = i_g if i is None else jnp.where(gi == g, i_g, i)
+    i = ids_ref[r] if lo is None else r + lo  # the observing agent
     code = code_ref[i * k + s]
     ok = code >= 0
     pad = i if raw else -1 - code  # an empty slot's idx (the masked value's sign of zero)
@@ -258,12 +240,7 @@ def _knn_obs_kernel(
     else:
         q = _div_rn(diff, sc)
     val = jnp.where(f == NUM_FEATURES, time_ref[0] * g_own, q * mask)
-    if len(groups) == 1:
-        pl_triton.store(out_refs[0].at[pl.ds(e0, block)], val, mask=inside)
-        return
-    for g, out_ref in enumerate(out_refs):
-        mine = gi == g
-        pl_triton.store(out_ref.at[pl.ds(jnp.where(mine, e0, 0), block)], val, mask=inside & mine)
+    pl_triton.store(out_ref.at[pl.ds(e0, block)], val, mask=inside)
 
 
 def knn_obs_pallas(
@@ -296,45 +273,16 @@ def knn_obs_pallas(
       table: the agent-major feature table ``[8M]`` (`_agent_major(feats, in_game)`), if
         already built (the batched Tag step writes it); ``feats`` then gives shapes only.
     """
-    (out,) = knn_obs_pallas_groups(
-        feats, idx, valid, [rows], scale, in_game, time, reciprocal=reciprocal,
-        block_size=block_size, num_warps=num_warps, interpret=interpret, table=table,
-    )  # fmt: skip
-    return out
-
-
-def knn_obs_pallas_groups(
-    feats: jax.Array,
-    idx: jax.Array,
-    valid: jax.Array | None,
-    groups: Sequence[Sequence[int]],
-    scale: jax.Array,
-    in_game: jax.Array,
-    time: jax.Array,
-    *,
-    reciprocal: bool | None = None,
-    block_size: int | None = None,
-    num_warps: int | None = None,
-    interpret: bool | None = None,
-    table: jax.Array | None = None,
-) -> list[jax.Array]:
-    """`knn_obs_pallas` for several groups of rows at once: one kernel launch writes each
-    group's ``[n_g, 7k+1]`` (a list, in ``groups``' order; equal to `knn_obs_pallas` per
-    group). ``block_size`` defaults to ``min(DEFAULT_BLOCK, next_pow2(max n_g·D))``; each
-    group takes ``ceil(n_g·D / B)`` programs of the grid. Saves a launch per extra group:
-    at 1000 × (10+100) on an H200 the taggers' own launch took 3.75 µs."""
     m, k = _check(feats, idx, valid, scale, in_game)
     if table is not None and table.shape != (_ROW * m,):
         raise ValueError(f"table must be [{_ROW * m}], got {table.shape}")
-    if len(groups) < 1:
-        raise ValueError("knn_obs_pallas_groups needs at least one group of rows")
-    d = obs_size(k)
-    rows = [_row_ids(g, m) for g in groups]
-    largest = max(ids.size for ids, _ in rows) * d
+    ids, lo = _row_ids(rows, m)
+    n, d = ids.size, obs_size(k)
+    total = n * d
     interpret = jax.default_backend() == "cpu" if interpret is None else bool(interpret)
     block = _check_block(
         "block_size",
-        min(DEFAULT_BLOCK, _next_pow2(largest)) if block_size is None else block_size,
+        min(DEFAULT_BLOCK, _next_pow2(total)) if block_size is None else block_size,
     )
     warps = max(1, min(4, block // 256)) if num_warps is None else int(num_warps)
     reciprocal = reference_uses_reciprocal(False) if reciprocal is None else bool(reciprocal)
@@ -347,37 +295,33 @@ def knn_obs_pallas_groups(
         scale,
         jnp.reshape(time, (1,)).astype(jnp.float32),
     ]
-    layout, first = [], 0
-    for ids, lo in rows:
-        layout.append((int(ids.size), lo, first))
-        first += pl.cdiv(int(ids.size) * d, block)
-        if lo is None:
-            args.append(jnp.asarray(ids))
+    if lo is None:
+        args.append(jnp.asarray(ids))
     kernel = functools.partial(
         _knn_obs_kernel,
         m=m,
         k=k,
-        groups=tuple(layout),
+        n=n,
+        lo=lo,
         block=block,
         reciprocal=reciprocal,
         raw=valid is None,
         interpret=interpret,
     )
-    total = sum(n * d for n, _, _ in layout)
-    outs = pl.pallas_call(
+    out = pl.pallas_call(
         kernel,
-        out_shape=[jax.ShapeDtypeStruct((n * d,), jnp.float32) for n, _, _ in layout],
-        grid=(first,),
+        out_shape=jax.ShapeDtypeStruct((total,), jnp.float32),
+        grid=(pl.cdiv(total, block),),
         compiler_params=pl_triton.CompilerParams(num_warps=warps, num_stages=1),
         cost_estimate=pl.CostEstimate(
             flops=int(5 * total),
             transcendentals=0,
-            bytes_accessed=int(4 * (total + (total // d) * k + _ROW * m + 8)),
+            bytes_accessed=int(4 * (total + n * k + _ROW * m + 8)),
         ),
         interpret=interpret,
         name="tag_knn_obs",
     )(*args)
-    return [out.reshape(n, d) for out, (n, _, _) in zip(outs, layout, strict=True)]
+    return out.reshape(n, d)
 
 
 # ------------------------------------------------------------------------------- dispatch

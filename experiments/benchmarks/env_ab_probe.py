@@ -12,7 +12,7 @@ read when the env is traced (`SETTINGS`: ``chunk`` = `kernels.CHUNK_SIZE`, ``unr
 `kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``order`` =
 `kernels.CHUNK_ORDER`, ``elements`` = `vector_step.DEFAULT_ELEMENTS`, ``warps`` =
 `vector_step.DEFAULT_WARPS`, ``table`` = `vector_step.TABLE_STORE`, ``draws`` =
-`env.RESET_DRAWS_IN_KERNEL` and ``launch`` = `env.KNN_OBS_ONE_LAUNCH` as 1 or 0), restored
+`env.RESET_DRAWS_IN_KERNEL` as 1 or 0), restored
 afterwards, the env's ``step`` (``step_impl``) and the harness's ``fold``
 (`time_env_steps`'s, 1 or 0). The variants run in turn ``--rounds`` times, so drift over
 time shows as the spread of one variant's rounds, not as a difference between variants.
@@ -57,7 +57,6 @@ SETTINGS = {
     "warps": (vector_step, "DEFAULT_WARPS", "pow2"),  # batched step: Triton warps
     "table": (vector_step, "TABLE_STORE", vector_step.TABLE_STORE_FORMS),  # its table store
     "draws": (tag_env, "RESET_DRAWS_IN_KERNEL", "bool"),  # batched step: reset's uniforms
-    "launch": (tag_env, "KNN_OBS_ONE_LAUNCH", "bool"),  # writer: all groups in one launch
     "step": (None, "step_impl", ("auto", "xla", "pallas", "vector")),  # env's step_impl
     "fold": (None, "fold", ("1", "0")),  # the harness's output folds
 }

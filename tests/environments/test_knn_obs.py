@@ -25,7 +25,6 @@ from environments.tag_continuous import (
     kernels,
     neighbors,
 )
-from environments.tag_continuous import env as env_module
 from environments.tag_continuous import knn_obs as ko
 from tests.environments.tag_helpers import (
     assert_bitwise,
@@ -248,45 +247,6 @@ def test_kernel_on_any_neighbour_lists() -> None:
             assert_bitwise(got, ref[[7, 3, 23, 0]], f"{method} lists, {form}, rows")
 
 
-def test_groups_in_one_launch_equal_one_group_each() -> None:
-    """`knn_obs_pallas_groups` (every group in one kernel launch) gives each group's rows
-    as `knn_obs_pallas` does alone: contiguous groups, non-contiguous ones, a mix, one
-    group, small blocks (several programs per group) and a group smaller than a block."""
-    env = _env("4+20_k10")
-    m, k = env.num_agents_total, env.num_other_agents_observed
-    rng = np.random.default_rng(12)
-    p = _params(rng)
-    s = _random_state(rng, env, p.grid_length, 0.6)
-    idx, valid = neighbors.nearest_k(s.x, s.y, s.in_game, k)
-
-    @functools.partial(jax.jit, static_argnames=("groups", "block"))
-    def both(s, p, groups, block=None):
-        feats, scale, in_game, time = _inputs(env, s, p)
-        alone = [
-            ko.knn_obs_pallas(feats, idx, valid, g, scale, in_game, time, block_size=block)
-            for g in groups
-        ]
-        together = ko.knn_obs_pallas_groups(
-            feats, idx, valid, groups, scale, in_game, time, block_size=block
-        )
-        return alone, together
-
-    cases = [
-        ((0, 1, 2, 3), tuple(range(4, m))),
-        ((5, 1, 9), (0, 2, 3, 4), tuple(range(10, m))),
-        (tuple(range(m)),),
-        ((22, 4), (3,)),
-    ]
-    for groups in cases:
-        for block in (None, 32, 128):
-            alone, together = both(s, p, groups, block)
-            assert [a.shape for a in together] == [(len(g), 7 * k + 1) for g in groups]
-            assert_bitwise(together, alone, f"groups {groups} block {block}")
-    with pytest.raises(ValueError, match="at least one group"):
-        feats, scale, in_game, time = _inputs(env, s, p)
-        ko.knn_obs_pallas_groups(feats, idx, valid, [], scale, in_game, time)
-
-
 def test_pallas_search_and_writer_env_equal_original() -> None:
     """The env with both Pallas paths (search lists handed to the writer with no
     ``valid`` array) equals the original observations, stepped and reset."""
@@ -305,14 +265,11 @@ def test_pallas_search_and_writer_env_equal_original() -> None:
         assert_bitwise(got, ref, f"{name} step")
 
 
-@pytest.mark.parametrize("one_launch", [True, False])
-def test_one_search_per_step(one_launch: bool, monkeypatch) -> None:
+def test_one_search_per_step() -> None:
     """`observations` runs the neighbour search once for both groups and (Pallas form)
-    one assembly kernel for both groups (`KNN_OBS_ONE_LAUNCH`) or one per group, the
-    same observations either way."""
+    one assembly kernel per group."""
     env = TagContinuous(num_taggers=2, num_runners=5, impl="pallas", knn_obs_impl="pallas")
     s, _ = jax.jit(env.reset)(jax.random.key(0))
-    monkeypatch.setattr(env_module, "KNN_OBS_ONE_LAUNCH", one_launch)
     jaxpr = jax.make_jaxpr(env.observations)(s, env.default_params)
     names = [
         str(e.params.get("name_and_src_info", e.params.get("name", "")))
@@ -320,10 +277,7 @@ def test_one_search_per_step(one_launch: bool, monkeypatch) -> None:
         if e.primitive.name == "pallas_call"
     ]
     assert sum("tag_nearest_k" in n for n in names) == 1, names
-    assert sum("tag_knn_obs" in n for n in names) == (1 if one_launch else 2), names
-    got = env.observations(s, env.default_params)
-    monkeypatch.setattr(env_module, "KNN_OBS_ONE_LAUNCH", not one_launch)
-    assert_bitwise(got, env.observations(s, env.default_params), "one launch or two")
+    assert sum("tag_knn_obs" in n for n in names) == 2, names
 
 
 def test_config_and_registry() -> None:

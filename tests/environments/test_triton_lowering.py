@@ -102,22 +102,6 @@ def test_knn_obs_lowers_to_triton(rows, reciprocal: bool) -> None:
     assert _lowered_triton_calls(fn, feats, idx, valid, g) == 1
 
 
-@pytest.mark.parametrize("groups", [(range(T), range(T, M)), ((5, 1), (0, 2, 3), range(6, M))])
-def test_knn_obs_groups_lower_to_triton(groups) -> None:
-    x, y, g = _positions()
-    feats = _feats(x, y, g)
-    idx = jnp.broadcast_to(jnp.arange(K, dtype=jnp.int32), (N, M, K))
-    scale = jnp.arange(1.0, 8.0)
-
-    def fn(feats, idx, g):
-        one = lambda f, i, gg: knn_obs.knn_obs_pallas_groups(
-            f, i, None, groups, scale, gg, jnp.float32(0.5), interpret=False
-        )
-        return jax.vmap(one)(feats, idx, g)
-
-    assert _lowered_triton_calls(fn, feats, idx, g) == 1
-
-
 @pytest.mark.parametrize("fence", [False, True])
 @pytest.mark.parametrize("tagger_ids", [tuple(range(T)), (1, 5, 9, 30)])
 def test_step_kernel_lowers_to_triton(fence: bool, tagger_ids) -> None:
