@@ -106,6 +106,7 @@ __all__ = [
     "PACKED_MAX_BITS",
     "PACKED_NETWORK",
     "PACKED_NETWORKS",
+    "PACKED_SKIP_DISTINCT",
     "SORTED_MIN_AGENTS",
     "SORT_KEYS",
     "SORT_KEY_FORMS",
@@ -386,6 +387,11 @@ def _packed_key(d, j, bits: int):
 #: Extra slots of the packed search beyond ``k`` (`_packed_lists`): a tie of this many
 #: distances' truncations across the ``k``-th place still resolves without a re-search.
 PACKED_EXTRA_SLOTS = 2
+#: `_packed_lists` returns the keys' indices directly, without the exact re-sort, in a
+#: block where no lane lists two keys of one truncated distance (rare: two of a lane's
+#: listed distances within ``2**bits`` ulps of each other). ``False``: always re-sort.
+#: Same lists either way.
+PACKED_SKIP_DISTINCT = True
 #: Odd-even transposition passes that re-sort the packed list by exact distance: runs of
 #: up to this many keys of one truncated distance are put in exact order.
 _RESORT_PASSES = 3
@@ -407,10 +413,29 @@ def _packed_lists(lk, k: int, bits: int, dist):
     still unsorted is ambiguous: the caller searches again exactly if a real one is.
 
     Returns ``(lists, ambiguous)``: ``k`` tuples of ``[BM]`` int32 indices (-1 = none)
-    and ``[BM]`` bool.
+    and ``[BM]`` bool. With `PACKED_SKIP_DISTINCT`, a block where no lane lists two
+    finite keys of one truncation skips the re-sort: the keys' order is then exact.
     """
     low = (1 << bits) - 1
     fin = [key < _INF_KEY for key in lk]
+    if PACKED_SKIP_DISTINCT:
+        # No two listed (finite) keys share a truncation: then the keys' order is the
+        # exact (d, j) order and no agent left out can precede the k-th, so the lists
+        # are the keys' indices. Only a block where some lane has such a pair re-sorts.
+        same = [fin[s + 1] & ((lk[s] >> bits) == (lk[s + 1] >> bits)) for s in range(len(lk) - 1)]
+        collide = functools.reduce(jnp.logical_or, same, jnp.zeros(lk[0].shape, bool))
+
+        def direct():
+            lists = tuple(jnp.where(f, key & low, -1) for f, key in zip(fin[:k], lk, strict=False))
+            return lists, jnp.zeros(lk[0].shape, bool)
+
+        return lax.cond(_any(collide), lambda: _resort(lk, k, bits, dist, fin), direct)
+    return _resort(lk, k, bits, dist, fin)
+
+
+def _resort(lk, k: int, bits: int, dist, fin):
+    """`_packed_lists` by the exact re-sort (see there)."""
+    low = (1 << bits) - 1
     amb = fin[k - 1] & ((lk[k - 1] >> bits) == (lk[-1] >> bits))
     keys = list(lk)
     ds = [jnp.where(f, dist(key & low), _INF) for f, key in zip(fin, keys, strict=True)]

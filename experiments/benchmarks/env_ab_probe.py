@@ -12,7 +12,8 @@ read when the env is traced (`SETTINGS`: ``chunk`` = `kernels.CHUNK_SIZE`, ``unr
 `kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``order`` =
 `kernels.CHUNK_ORDER`, ``elements`` = `vector_step.DEFAULT_ELEMENTS`, ``warps`` =
 `vector_step.DEFAULT_WARPS`, ``table`` = `vector_step.TABLE_STORE`, ``draws`` =
-`env.RESET_DRAWS_IN_KERNEL` as 1 or 0), restored
+`env.RESET_DRAWS_IN_KERNEL` and ``skip`` = `kernels.PACKED_SKIP_DISTINCT` as 1 or 0),
+restored
 afterwards, the env's ``step`` (``step_impl``) and the harness's ``fold``
 (`time_env_steps`'s, 1 or 0). The variants run in turn ``--rounds`` times, so drift over
 time shows as the spread of one variant's rounds, not as a difference between variants.
@@ -57,6 +58,7 @@ SETTINGS = {
     "warps": (vector_step, "DEFAULT_WARPS", "pow2"),  # batched step: Triton warps
     "table": (vector_step, "TABLE_STORE", vector_step.TABLE_STORE_FORMS),  # its table store
     "draws": (tag_env, "RESET_DRAWS_IN_KERNEL", "bool"),  # batched step: reset's uniforms
+    "skip": (kernels, "PACKED_SKIP_DISTINCT", "bool"),  # packed search: re-sort's skip
     "step": (None, "step_impl", ("auto", "xla", "pallas", "vector")),  # env's step_impl
     "fold": (None, "fold", ("1", "0")),  # the harness's output folds
 }

@@ -71,11 +71,21 @@ def _near_tie_table(seed: int, bm: int, c: int, ulps: int, ties: float) -> np.nd
     extra=st.integers(1, 3),
     ulps=st.integers(0, 40),
     ties=st.floats(0.0, 0.6),
+    skip=st.booleans(),
+    rows=st.sampled_from([1, 16]),
 )
-def test_packed_lists_are_exact_where_not_ambiguous(seed, k, extra, ulps, ties):
+def test_packed_lists_are_exact_where_not_ambiguous(seed, k, extra, ulps, ties, skip, rows):
+    """Whatever `_packed_lists` does not flag ambiguous is the exact top-k, with and
+    without the re-sort's skip (`PACKED_SKIP_DISTINCT`; one row: the skip decides per
+    lane; 16: per block of lanes)."""
     bits = 5  # 32 candidates; a bucket is 32 ulps wide
-    d = _near_tie_table(seed, 16, 32, ulps, ties)
-    lists, amb = _packed_search(d, k, bits, extra)
+    d = _near_tie_table(seed, rows, 32, ulps, ties)
+    saved = kernels.PACKED_SKIP_DISTINCT
+    kernels.PACKED_SKIP_DISTINCT = skip
+    try:
+        lists, amb = _packed_search(d, k, bits, extra)
+    finally:
+        kernels.PACKED_SKIP_DISTINCT = saved
     exact = _exact_top_k(d, k)
     np.testing.assert_array_equal(lists[~amb], exact[~amb])
     # A lane is only ambiguous when truncation collides among its k + extra best.
