@@ -6,7 +6,10 @@ env's step (spec steps 1–9: turn, accelerate, cap, move and clip, edge and ste
 rewards, tagging, the taggers' race-free gains, runners leaving, end of game, done).
 Then, with ``auto_reset``, each finished env's start state (``x, y = u₀·L, u₁·L``,
 direction ``min(⌊4u₂⌋, 3)·π/2``, speed and acceleration 0, all in the game, ``t = 0``),
-selected in. It also writes:
+selected in. The uniforms ``u`` are either passed in (``[N, 3, M]``) or drawn by the
+kernel (threefry-2x32, bit-equal to `jax.random.uniform`) from each env's reset key, or
+from the step key those are split from, only in programs where an env resets. It also
+writes:
 
 * the TimeStep's per-group arrays (reward, terminated, truncated, active);
 * the per-env scalars (done, runners left, tags);
