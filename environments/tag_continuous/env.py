@@ -888,13 +888,10 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         # reproduce `_reset_uniforms` (threefry keys), else drawn here
         u = data = parent = None
         if reset_keys is not None:
-            if (
-                RESET_DRAWS_IN_KERNEL
-                and step_key is not None
-                and jnp.ndim(step_key)
-                == (0 if jnp.issubdtype(step_key.dtype, jax.dtypes.prng_key) else 1)
-            ):
+            if RESET_DRAWS_IN_KERNEL and step_key is not None:
                 parent = vector_step.key_data_for_uniforms(step_key)
+                if parent is not None and parent.shape != (2,):  # not one key
+                    parent = None
             if RESET_DRAWS_IN_KERNEL and parent is None:
                 data = vector_step.key_data_for_uniforms(reset_keys)
             if parent is None and data is None:

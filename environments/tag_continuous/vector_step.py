@@ -353,7 +353,6 @@ def _vector_kernel(
     num_tags = jnp.sum(tagged.astype(jnp.int32), axis=1, keepdims=True)
 
     if reset:  # the start state of `reset_env`, selected where the episode ended
-        base = env * (3 * m) + ic
         fresh = done & valid  # only the envs that reset read their uniforms
         if reset in ("keys", "step_key"):  # drawn here, only in programs where one resets
 
@@ -376,7 +375,8 @@ def _vector_kernel(
             u0, u1, u2 = lax.cond(some, draw, lambda _: (zeros,) * 3, None)
         else:
             u0, u1, u2 = (
-                pl_triton.load(u_ref.at[base + c * m], mask=fresh, other=0.0) for c in range(3)
+                pl_triton.load(u_ref.at[env * (3 * m) + ic + c * m], mask=fresh, other=0.0)
+                for c in range(3)
             )
         quarter = jnp.minimum(jnp.floor(u2 * f32(4.0)), f32(3.0))
         x = jnp.where(done, u0 * L, x)
