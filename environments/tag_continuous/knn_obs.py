@@ -83,6 +83,7 @@ __all__ = [
     "knn_obs_xla",
     "obs_size",
     "with_valid",
+    "write_rows",
 ]
 
 #: The implementations `knn_obs` dispatches to.
@@ -322,6 +323,66 @@ def knn_obs_pallas(
         name="tag_knn_obs",
     )(*args)
     return out.reshape(n, d)
+
+
+# ------------------------------------------------------------------------- in the search
+def write_rows(
+    out_refs, groups, agent, lists, table_ref, scale_ref, time_ref, *, m, k, reciprocal,
+    interpret,
+) -> None:  # fmt: skip
+    """Kernel-side: the observation rows of a search program's agents, from their lists.
+
+    Called inside a k-nearest search kernel (`kernels`) once its lists are final, so the
+    lists never go to memory. ``agent [BM]`` int32: each lane's agent (``>= m``:
+    padding, writes nothing); ``lists``: ``k`` slots of ``[BM]`` int32 neighbour ids
+    (``-1`` = none); ``table_ref [8M]`` the env's agent-major features (`_agent_major`);
+    ``scale_ref [7]`` the scale, or ``1/scale`` with ``reciprocal``; ``time_ref [1]``
+    ``t/E``. ``groups``: static ``(lo, n)`` per output, ``out_refs``: each group's flat
+    ``[n·D]`` rows (agent ``lo + r`` at row ``r``); a lane writes its row of the group
+    holding its agent. Values as `_knn_obs_kernel` computes them (the same operations in
+    the same order, so the same bits), for ``[BM, KP]`` tiles of (lane, slot), ``KP =
+    next_pow2(k)``: one tile of neighbour ids, then one gather and one masked store per
+    feature, so each store covers runs of ``k`` consecutive columns of a row.
+    """
+    bm = agent.shape[0]
+    kp = _next_pow2(k)
+    d = obs_size(k)
+    real = agent < m
+    own_id = jnp.minimum(agent, m - 1)  # [BM], loads stay in range
+    slot = lax.broadcasted_iota(jnp.int32, (bm, kp), 1)  # [BM, KP]
+    code = jnp.broadcast_to(lists[0][:, None], (bm, kp))
+    for s in range(1, k):
+        code = jnp.where(slot == s, lists[s][:, None], code)
+    ok = code >= 0
+    j = jnp.where(ok, code, own_id[:, None])  # an empty slot reads the observer's row
+    own_base = own_id * _ROW
+    g_own = table_ref[own_base + NUM_FEATURES]  # [BM] in-game as 1.0 / 0.0
+    mask = jnp.where(ok, g_own[:, None], jnp.float32(0.0))  # valid & in_game[i]
+    vals = []
+    for f in range(NUM_FEATURES):
+        other = table_ref[j * _ROW + f]  # [BM, KP]
+        own = table_ref[own_base + f]  # [BM]
+        rel = jnp.float32(1.0 if f < NUM_RELATIVE else 0.0)
+        diff = other - (own * rel)[:, None]
+        sc = scale_ref[f]
+        if reciprocal:
+            q = diff * sc
+        elif interpret:  # a true division: XLA on the CPU would multiply by 1/broadcast
+            q = diff / lax.optimization_barrier(jnp.broadcast_to(sc, diff.shape))
+        else:
+            q = _div_rn(diff, jnp.broadcast_to(sc, diff.shape))
+        vals.append(q * mask)
+    time = time_ref[0] * g_own  # [BM]
+    cols = slot < k
+    for (lo, n), out_ref in zip(groups, out_refs, strict=True):
+        keep = real & (agent >= lo) & (agent < lo + n)  # [BM]
+        # Masked lanes point past the end: interpret mode's masked scatter writes back
+        # what it read at every index, so they must not share one with a real row.
+        base = jnp.where(keep, agent - lo, n) * d  # [BM]
+        keep2 = keep[:, None] & cols
+        for f in range(NUM_FEATURES):
+            pl_triton.store(out_ref.at[base[:, None] + (f * k) + slot], vals[f], mask=keep2)
+        pl_triton.store(out_ref.at[base + NUM_FEATURES * k], time, mask=keep)
 
 
 # ------------------------------------------------------------------------------- dispatch

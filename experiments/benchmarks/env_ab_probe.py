@@ -8,8 +8,8 @@ config (``--configs``, envs x taggers+runners, WarpDrive's Tag settings, partial
 observation of ``--k`` neighbours, the Pallas searches) and each variant
 ``knn_obs_impl[/setting=value...]``: the env's observation writer and module defaults
 read when the env is traced (`SETTINGS`: ``chunk`` = `kernels.CHUNK_SIZE`, ``unroll`` =
-`kernels.BRUTE_UNROLL`, ``network`` = `kernels.PACKED_NETWORK`, ``sort`` =
-`kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``order`` =
+`kernels.BRUTE_UNROLL`, ``sunroll`` = `kernels.SORTED_UNROLL`, ``network`` =
+`kernels.PACKED_NETWORK`, ``sort`` = `kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``order`` =
 `kernels.CHUNK_ORDER`, ``elements`` = `vector_step.DEFAULT_ELEMENTS`, ``warps`` =
 `vector_step.DEFAULT_WARPS`, ``table`` = `vector_step.TABLE_STORE`, ``draws`` =
 `env.RESET_DRAWS_IN_KERNEL` and ``skip`` = `kernels.PACKED_SKIP_DISTINCT` as 1 or 0),
@@ -50,6 +50,7 @@ FLAGS = flags.FLAGS
 SETTINGS = {
     "chunk": (kernels, "CHUNK_SIZE", "pow2"),  # sorted search: candidates per chunk
     "unroll": (kernels, "BRUTE_UNROLL", "pow2"),  # brute-force search: unroll
+    "sunroll": (kernels, "SORTED_UNROLL", "pow2"),  # sorted search: unroll (<= chunk)
     "network": (kernels, "PACKED_NETWORK", kernels.PACKED_NETWORKS),  # packed search's
     "sort": (kernels, "SORT_KEYS", kernels.SORT_KEY_FORMS),  # curve sort: packed / argsort
     "block": (knn_obs, "DEFAULT_BLOCK", "pow2"),  # observation writer: elements per program
@@ -86,10 +87,10 @@ def parse_variant(text: str) -> Variant:
     """``"pallas/chunk=16/sort=argsort"`` -> ``("pallas", (("chunk", 16), ("sort",
     "argsort")))``: the env's ``knn_obs_impl`` and the `SETTINGS` it changes."""
     impl, *parts = [p.strip() for p in text.split("/")]
-    if impl not in ("auto", *knn_obs.IMPLS):
+    if impl not in ("auto", *tag_env.KNN_OBS_IMPLS):
         raise ValueError(
             f"variant must be knn_obs_impl[/setting=value...] with knn_obs_impl in "
-            f"{('auto', *knn_obs.IMPLS)}, got {text!r}"
+            f"{('auto', *tag_env.KNN_OBS_IMPLS)}, got {text!r}"
         )
     settings = []
     for part in parts:
