@@ -6,11 +6,12 @@ scan of ``--num_steps`` vmapped steps with random actions, auto-reset, compile e
 median of ``--repeats`` calls; both flags are `experiments.benchmarks.run`'s) for each
 config (``--configs``, envs x taggers+runners, WarpDrive's Tag settings, partial
 observation of ``--k`` neighbours, the Pallas searches) and each variant
-``knn_obs_impl[/setting=value...]``: the env's observation writer and module defaults
-read when the env is traced (`SETTINGS`: ``chunk`` = `kernels.CHUNK_SIZE`, ``unroll`` =
-`kernels.BRUTE_UNROLL`, ``sunroll`` = `kernels.SORTED_UNROLL`, ``network`` =
-`kernels.PACKED_NETWORK`, ``sort`` = `kernels.SORT_KEYS`, ``block`` =
-`knn_obs.DEFAULT_BLOCK`, ``order`` = `kernels.CHUNK_ORDER`, ``elements`` = `vector_step.DEFAULT_ELEMENTS`, ``warps`` =
+``knn_obs_impl[/setting=value...]``: the env's observation writer (`env.KNN_OBS_IMPLS`)
+and module defaults read when the env is traced (`SETTINGS`: ``chunk`` =
+`kernels.CHUNK_SIZE`, ``unroll`` = `kernels.BRUTE_UNROLL`, ``sunroll`` =
+`kernels.SORTED_UNROLL`, ``network`` = `kernels.PACKED_NETWORK`, ``sort`` =
+`kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``order`` =
+`kernels.CHUNK_ORDER`, ``elements`` = `vector_step.DEFAULT_ELEMENTS`, ``warps`` =
 `vector_step.DEFAULT_WARPS`, ``table`` = `vector_step.TABLE_STORE`, ``draws`` =
 `env.RESET_DRAWS_IN_KERNEL` and ``skip`` = `kernels.PACKED_SKIP_DISTINCT` as 1 or 0),
 restored
