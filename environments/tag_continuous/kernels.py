@@ -186,8 +186,8 @@ def _nearest_k_kernel(
     mask; otherwise one masked loop. ``key_bits``: search with packed keys of that many
     index bits (`_packed_insert`), then exactly only if some lane's result is ambiguous;
     ``0``: the exact insertion only. ``network``: `PACKED_NETWORK`'s choice for the packed
-    search (``"merge"`` takes each loop step's ``U`` keys at once). ``obs``: write the
-    rows' observations instead of their lists (as `_sorted_knn_kernel`).
+    search (``"merge"`` takes each loop step's ``U`` keys at once). ``obs``: also write
+    the rows' observations (as `_sorted_knn_kernel`).
     """
     out_refs = _obs_refs(refs, obs)
     b = pl.program_id(1)
@@ -274,7 +274,7 @@ def _nearest_k_kernel(
         lists = lax.cond(_any(amb & (rows < m)), exact, lambda: lists)
     else:
         lists = exact()
-    _store_result(out_refs, refs, obs, rows, lists, k, m)
+    _store_result(out_refs, refs, obs, rows, lambda q: b * bm + q, lists, k, m)
 
 
 #: The brute-force kernel's default candidates per unrolled loop step ``U`` (compiled).
@@ -503,17 +503,21 @@ def _obs_refs(refs, obs: _ObsSpec | None) -> tuple:
     return tuple(refs) if obs is None else tuple(refs[3:])
 
 
-def _store_result(out_refs, refs, obs: _ObsSpec | None, agent, lists, k: int, m: int) -> None:
+def _store_result(
+    out_refs, refs, obs: _ObsSpec | None, agent, agent_of, lists, k: int, m: int
+) -> None:  # fmt: skip
     """A search program's result: its lanes' lists at their agents' rows of the env's
-    ``[M·k]`` (`_store_lists`), or with ``obs`` their observation rows
-    (`knn_obs.write_rows`)."""
+    ``[M·k]`` (`_store_lists`, ``out_refs[0]``), then with ``obs`` those agents'
+    observation rows (`knn_obs.write_rows`; ``agent_of(q)``: the agent of local row ``q``,
+    as ``agent [BM]`` holds them)."""
+    _store_lists(out_refs[0], agent, lists, k, m)
     if obs is None:
-        _store_lists(out_refs[0], agent, lists, k, m)
         return
     table_ref, scale_ref, time_ref = refs[:3]
     knn_obs.write_rows(
-        out_refs[: len(obs.groups)], obs.groups, agent, lists, table_ref, scale_ref, time_ref,
-        m=m, k=k, reciprocal=obs.reciprocal, interpret=obs.interpret,
+        out_refs[1 : 1 + len(obs.groups)], obs.groups, agent_of, agent.shape[0], out_refs[0],
+        table_ref, scale_ref, time_ref, m=m, k=k, reciprocal=obs.reciprocal,
+        interpret=obs.interpret,
     )  # fmt: skip
 
 
@@ -696,11 +700,8 @@ def _brute_lists(
         obs=None if obs is None else obs[0],
     )  # fmt: skip
     extra, extra_specs, obs_shapes, obs_specs = _obs_operands(obs, n, m, k)
-    if obs is None:
-        out_shape = jax.ShapeDtypeStruct((n, m * k), jnp.int32)
-        out_specs = pl.BlockSpec((None, m * k), lambda e, b: (e, 0))
-    else:
-        out_shape, out_specs = tuple(obs_shapes), tuple(obs_specs)
+    out_shape = (jax.ShapeDtypeStruct((n, m * k), jnp.int32), *obs_shapes)
+    out_specs = (pl.BlockSpec((None, m * k), lambda e, b: (e, 0)), *obs_specs)
     out = pl.pallas_call(
         kernel,
         out_shape=out_shape,
@@ -723,9 +724,9 @@ def _brute_lists(
         name="tag_nearest_k",
     )(xq, yq, xc, yc, *extra)
     if obs is None:
-        return out.reshape(n, m, k)
+        return out[0].reshape(n, m, k)
     d = knn_obs.obs_size(k)
-    return tuple(o.reshape(n, g, d) for o, (_, g) in zip(out, obs[0].groups, strict=True))
+    return tuple(o.reshape(n, g, d) for o, (_, g) in zip(out[1:], obs[0].groups, strict=True))
 
 
 def _resolve_method(method: str | None, m: int) -> str:
@@ -1111,9 +1112,9 @@ def _sorted_knn_kernel(
     insertion and ``k + 1`` slots (exact unless two of a lane's ``k + 1`` best distances
     are equal), and search again with the ordered insertion if some lane has such a tie.
 
-    ``obs`` (`_ObsSpec`): instead of the lists, write the observation rows of the
-    queries' agents (`knn_obs.write_rows`); then the inputs go on with ``table [8M]``,
-    ``scale [7]`` and ``time [1]``, and the outputs are one flat ``[n·D]`` per group.
+    ``obs`` (`_ObsSpec`): after the lists, write the observation rows of the queries'
+    agents (`knn_obs.write_rows`); then the inputs go on with ``table [8M]``, ``scale
+    [7]`` and ``time [1]``, and the outputs with one flat ``[n·D]`` per group.
     """
     out_refs = _obs_refs(refs, obs)
     b = pl.program_id(1)
@@ -1326,7 +1327,7 @@ def _sorted_knn_kernel(
         lists, count = lax.cond(any_tie, again_lex, lambda: (indices((ld[:k], lj[:k])), count))
     else:
         lists, count = exact()
-    _store_result(out_refs, refs, obs, pq_ref[...], lists, k, m)
+    _store_result(out_refs, refs, obs, pq_ref[...], lambda q: pq_ref[q], lists, k, m)
     if stats:
         out_refs[-1][...] = jnp.full((bm,), count, jnp.int32)
 
@@ -1413,11 +1414,8 @@ def _sorted_knn_call(
     extra, extra_specs, obs_shapes, obs_specs = _obs_operands(obs, n, m, k)
     # The kernel writes each list (or observation row) at its agent's row: no un-sorting
     # pass afterwards.
-    if obs is None:
-        out_shape = [jax.ShapeDtypeStruct((n, m * k), jnp.int32)]
-        out_specs = [pl.BlockSpec((None, m * k), lambda e, b: (e, 0))]
-    else:
-        out_shape, out_specs = obs_shapes, obs_specs
+    out_shape = [jax.ShapeDtypeStruct((n, m * k), jnp.int32), *obs_shapes]
+    out_specs = [pl.BlockSpec((None, m * k), lambda e, b: (e, 0)), *obs_specs]
     if stats:
         out_shape.append(jax.ShapeDtypeStruct((n, mp), jnp.int32))
         out_specs.append(pl.BlockSpec((None, bm), lambda e, b: (e, b)))
@@ -1456,7 +1454,8 @@ def _sorted_knn_call(
         out = outs[0].reshape(n, m, k)  # agent order
     else:
         d = knn_obs.obs_size(k)
-        out = tuple(o.reshape(n, g, d) for o, (_, g) in zip(outs, obs[0].groups, strict=False))
+        groups = obs[0].groups
+        out = tuple(o.reshape(n, g, d) for o, (_, g) in zip(outs[1:], groups, strict=False))
     if stats:
         visits = jnp.sum(outs[-1][:, ::bm], axis=1).astype(jnp.float32)  # [N]
         return out, visits * (bm * bc / (m * m))
