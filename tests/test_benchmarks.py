@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from experiments.benchmarks import run
 from experiments.benchmarks.training import load_config, time_training
 
@@ -193,36 +191,3 @@ def test_env_ab_probe_tiny(tmp_path, monkeypatch):
     assert recs[1]["check"]["differ"] == 0
     assert all(r["ms_per_step"] > 0 for r in recs)
     assert len(out.read_text().splitlines()) == 4
-
-
-def test_ptx_report_parses_ptxas_and_counts_warps():
-    from experiments.benchmarks import ptx_report
-
-    text = "\n".join(
-        [
-            "ptxas info    : 0 bytes gmem",
-            "ptxas info    : Compiling entry function 'tag_nearest_k_sorted' for 'sm_90a'",
-            "ptxas info    : Function properties for tag_nearest_k_sorted",
-            "    8 bytes stack frame, 16 bytes spill stores, 12 bytes spill loads",
-            "ptxas info    : Used 168 registers, used 1 barriers, 24 bytes smem, 384 bytes cmem[0]",
-            "ptxas info    : Compiling entry function 'fusion_1' for 'sm_90a'",
-            "ptxas info    : Function properties for fusion_1",
-            "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads",
-            "ptxas info    : Used 20 registers, used 0 barriers, 368 bytes cmem[0]",
-        ]
-    )
-    got = ptx_report.parse_ptxas(text)
-    assert got == {
-        "tag_nearest_k_sorted": dict(
-            arch="sm_90a", stack=8, spill_stores=16, spill_loads=12, registers=168, smem=24
-        ),
-        "fusion_1": dict(
-            arch="sm_90a", stack=0, spill_stores=0, spill_loads=0, registers=20, smem=0
-        ),
-    }
-    # 168 registers: 168 * 32 = 5376 per warp -> 12 warps in 65536; 20 -> 24*32=768 -> 64 cap
-    assert ptx_report.warps_by_registers(168) == 12
-    assert ptx_report.warps_by_registers(20) == 64
-    assert ptx_report.warps_by_registers(255) == 8
-    with pytest.raises(ValueError, match="registers"):
-        ptx_report.warps_by_registers(0)

@@ -47,10 +47,6 @@ VECTOR_MAX_AGENTS = 1024
 #: only for programs where an env resets, instead of an XLA kernel drawing ``[N, 3, M]``
 #: every step. ``False``: the XLA draw (the A/B probes' setting ``draws``).
 RESET_DRAWS_IN_KERNEL = True
-#: The env's ``knn_obs_impl`` choices besides ``"auto"``: `knn_obs.IMPLS` (a writer fed
-#: the search's lists) and ``"fused"`` (the search kernel writes the observation rows,
-#: `kernels.nearest_k_obs`).
-KNN_OBS_IMPLS = (*knn_obs.IMPLS, "fused")
 
 
 @struct.dataclass
@@ -342,15 +338,10 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
                 f"TagContinuous: full_obs_impl must be one of {('auto', *full_obs.IMPLS)}, "
                 f"got {self.full_obs_impl!r}"
             )
-        if self.knn_obs_impl not in ("auto", *KNN_OBS_IMPLS):
+        if self.knn_obs_impl not in ("auto", *knn_obs.IMPLS):
             raise ValueError(
-                f"TagContinuous: knn_obs_impl must be one of {('auto', *KNN_OBS_IMPLS)}, "
+                f"TagContinuous: knn_obs_impl must be one of {('auto', *knn_obs.IMPLS)}, "
                 f"got {self.knn_obs_impl!r}"
-            )
-        if self.knn_obs_impl == "fused" and self.impl == "jax":
-            raise ValueError(
-                "TagContinuous: knn_obs_impl='fused' writes the observations inside the Pallas "
-                "search kernels; it needs impl='pallas' or 'auto', got impl='jax'"
             )
         if self.step_impl not in _STEP_IMPLS:
             raise ValueError(
@@ -524,9 +515,6 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         lo, hi = (0, m) if rows is None else rows
         if self.use_full_observation:
             return self._observe_full(state, params, range(lo, hi))
-        fused = self._fused_groups((lo, hi))
-        if fused is not None:
-            return self._observe_fused(state, params, fused)[0]
         idx, valid = self._nearest_k(state)
         return self._observe_knn(state, params, range(lo, hi), idx, valid)
 
@@ -537,7 +525,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         `kernels.nearest_k_lists`)."""
         search, kw = self._search_module()
         k = self.num_other_agents_observed
-        if search is not neighbors and self._resolved_knn_obs_impl() in ("pallas", "fused"):
+        if search is not neighbors and self._resolved_knn_obs_impl() == "pallas":
             return search.nearest_k_lists(state.x, state.y, state.in_game, k, **kw), None
         return search.nearest_k(state.x, state.y, state.in_game, k, **kw)
 
@@ -571,8 +559,6 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         kernel launch).
         """
         form = self._resolved_knn_obs_impl()
-        if form == "fused":  # lists given: the writer they would feed
-            form = "pallas"
         if form == "pallas" and alone and len(rows) * self.num_other_agents_observed == 1:
             form = "xla"
         kw = {}
@@ -581,52 +567,15 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             kw["reciprocal"] = full_obs.reference_uses_reciprocal(constant)
             kw["interpret"] = jax.default_backend() != "gpu"
             kw.update(options)
-        scale = self._obs_scale(params)
-        if time is None:
-            time = state.t.astype(jnp.float32) / jnp.float32(self.episode_length)
-        feats = self._features(state)  # [7, M]
-        return knn_obs.knn_obs(form, feats, idx, valid, rows, scale, state.in_game, time, **kw)
-
-    def _obs_scale(self, params: TagContinuousParams) -> jax.Array:
-        """``[7]`` float32: the observation features' divisors (diagonal, diagonal, max
-        speed, max speed, 2π, 1, 1)."""
         p = self._f32(params)
         diag = p.grid_length * _SQRT2
         ms = p.max_speed + _EPS
         one = jnp.float32(1.0)
-        return jnp.stack([diag, diag, ms, ms, jnp.float32(_TWO_PI), one, one])
-
-    def _fused_groups(self, rows: tuple[int, int] | None = None) -> list[tuple[int, int]] | None:
-        """``(lo, n)`` per output when the search kernel writes the observations
-        (``knn_obs_impl="fused"``, partial observation): ``rows = (lo, hi)``, or every group
-        in `groups` order when they are contiguous. Otherwise ``None``."""
-        if self.use_full_observation or self._resolved_knn_obs_impl() != "fused":
-            return None
-        if rows is not None:
-            return [(rows[0], rows[1] - rows[0])]
-        ids, contiguous = self._group_rows()
-        return [(i[0], len(i)) for i in ids.values()] if contiguous else None
-
-    def _observe_fused(
-        self, state: TagState, params: TagContinuousParams, groups: list[tuple[int, int]]
-    ) -> tuple[jax.Array, ...]:
-        """The observations of the agent ranges ``groups`` (``(lo, n)`` each), written by
-        the search kernel (`kernels.nearest_k_obs`): one ``[n, 7k+1]`` per range, the
-        values of `_observe_knn` with the Pallas writer."""
-        search, kw = self._search_module()
-        if search is neighbors:
-            raise ValueError(
-                "TagContinuous: knn_obs_impl='fused' needs the Pallas search kernels, which "
-                f"could not be imported ({_KERNELS})"
-            )
-        constant = _concrete(params.grid_length) and _concrete(params.max_speed)
-        time = state.t.astype(jnp.float32) / jnp.float32(self.episode_length)
-        table = knn_obs._agent_major(self._features(state), state.in_game)
-        return search.nearest_k_obs(
-            state.x, state.y, state.in_game, self.num_other_agents_observed, table,
-            self._obs_scale(params), time, groups,
-            reciprocal=full_obs.reference_uses_reciprocal(constant), **kw,
-        )  # fmt: skip
+        scale = jnp.stack([diag, diag, ms, ms, jnp.float32(_TWO_PI), one, one])  # [7]
+        if time is None:
+            time = state.t.astype(jnp.float32) / jnp.float32(self.episode_length)
+        feats = self._features(state)  # [7, M]
+        return knn_obs.knn_obs(form, feats, idx, valid, rows, scale, state.in_game, time, **kw)
 
     def _features(self, state: TagState) -> jax.Array:
         """``[7, M]``: x, y, speed, acceleration, direction (the five relative features),
@@ -669,11 +618,8 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         if self.use_full_observation and self._resolved_full_obs_impl() != "gather":
             # one-pass forms (`full_obs`): each group's rows directly, any ids.
             return {g: self._observe_full(state, params, i) for g, i in ids.items()}
-        elif (fused := self._fused_groups()) is not None:
-            # the search kernel writes each group's rows (no lists in memory, no writer)
-            return dict(zip(ids, self._observe_fused(state, params, fused), strict=True))
         elif not self.use_full_observation and (
-            contiguous or self._resolved_knn_obs_impl() in ("pallas", "fused")
+            contiguous or self._resolved_knn_obs_impl() == "pallas"
         ):
             # k-nearest with contiguous groups (the default) or the Pallas form: one search,
             # then each group's rows directly (measured faster on an H200; for full
@@ -856,7 +802,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         if (
             self.use_full_observation
             or search is neighbors
-            or self._resolved_knn_obs_impl() not in ("pallas", "fused")
+            or self._resolved_knn_obs_impl() != "pallas"
             or search._resolve_method(None, m) != "brute"
         ):
             return None
@@ -973,15 +919,6 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         )  # fmt: skip
         if padding is None:
             obs = jax.vmap(self.observations, in_axes=(0, None))(new, params)
-        elif (fused := self._fused_groups()) is not None:  # the search writes the rows
-            k = self.num_other_agents_observed
-            constant = _concrete(params.grid_length) and _concrete(params.max_speed)
-            outs = search.brute_obs_padded(
-                *out.search, m, k, out.table, self._obs_scale(params), out.time, fused,
-                reciprocal=full_obs.reference_uses_reciprocal(constant),
-                interpret=kw.get("interpret"),
-            )  # fmt: skip
-            obs = dict(zip(self.groups, outs, strict=True))
         else:  # as `observations` builds them, from the kernel's search inputs and table
             k = self.num_other_agents_observed
             lists = search.brute_lists_padded(*out.search, m, k, interpret=kw.get("interpret"))

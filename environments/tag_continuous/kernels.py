@@ -102,16 +102,13 @@ directly (same kernel, same speed).
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pl_triton
-
-from environments.tag_continuous import knn_obs
 
 __all__ = [
     "BRUTE_UNROLL",
@@ -123,18 +120,17 @@ __all__ = [
     "PACKED_NETWORK",
     "PACKED_NETWORKS",
     "PACKED_SKIP_DISTINCT",
+    "SORTED_BLOCK_ROWS",
     "SORTED_MIN_AGENTS",
     "SORTED_UNROLL",
     "SORT_KEYS",
     "SORT_KEY_FORMS",
     "brute_lists_padded",
-    "brute_obs_padded",
     "brute_padding",
     "nearest_k",
     "nearest_k_batched",
     "nearest_k_brute_batched",
     "nearest_k_lists",
-    "nearest_k_obs",
     "nearest_k_sorted",
     "nearest_k_sorted_batched",
     "nearest_tagger",
@@ -174,8 +170,8 @@ def _compiler_params(num_warps: int | None, num_stages: int | None, rows: int):
 
 # ------------------------------------------------------------------------------ nearest_k
 def _nearest_k_kernel(
-    xq_ref, yq_ref, xc_ref, yc_ref, *refs, k, bm, unroll, mc, split, m, key_bits,
-    network="insert", obs=None,
+    xq_ref, yq_ref, xc_ref, yc_ref, out_ref, *, k, bm, unroll, mc, split, m, key_bits,
+    network="insert",
 ):  # fmt: skip
     """One env, ``BM`` query rows (one per lane); writes their lists into the env's
     ``out [M·k]`` int32 (row-major ``[M, k]``, -1 = none; padding rows masked).
@@ -186,10 +182,8 @@ def _nearest_k_kernel(
     mask; otherwise one masked loop. ``key_bits``: search with packed keys of that many
     index bits (`_packed_insert`), then exactly only if some lane's result is ambiguous;
     ``0``: the exact insertion only. ``network``: `PACKED_NETWORK`'s choice for the packed
-    search (``"merge"`` takes each loop step's ``U`` keys at once). ``obs``: also write
-    the rows' observations (as `_sorted_knn_kernel`).
+    search (``"merge"`` takes each loop step's ``U`` keys at once).
     """
-    out_refs = _obs_refs(refs, obs)
     b = pl.program_id(1)
     rows = b * bm + lax.broadcasted_iota(jnp.int32, (bm,), 0)  # [BM]
     xq = xq_ref[...]  # [BM]
@@ -274,7 +268,7 @@ def _nearest_k_kernel(
         lists = lax.cond(_any(amb & (rows < m)), exact, lambda: lists)
     else:
         lists = exact()
-    _store_result(out_refs, refs, obs, rows, lambda q: b * bm + q, lists, k, m)
+    _store_lists(out_ref, rows, lists, k, m)
 
 
 #: The brute-force kernel's default candidates per unrolled loop step ``U`` (compiled).
@@ -487,62 +481,6 @@ def _store_lists(out_ref, agent, lists, k: int, m: int) -> None:
         pl_triton.store(out_ref.at[agent * k + s], lists[s], mask=keep)
 
 
-class _ObsSpec(NamedTuple):
-    """Static configuration of a search kernel that writes observations (`knn_obs`):
-    ``groups``, one ``(lo, n)`` per output (agents ``lo .. lo+n-1``), ``reciprocal``
-    (the scale input is ``1/scale``) and ``interpret`` (Pallas interpret mode)."""
-
-    groups: tuple[tuple[int, int], ...]
-    reciprocal: bool
-    interpret: bool
-
-
-def _obs_refs(refs, obs: _ObsSpec | None) -> tuple:
-    """The output refs among a search kernel's trailing ``refs`` (after its own inputs):
-    with ``obs``, the first three are the observation's ``table, scale, time``."""
-    return tuple(refs) if obs is None else tuple(refs[3:])
-
-
-def _store_result(
-    out_refs, refs, obs: _ObsSpec | None, agent, agent_of, lists, k: int, m: int
-) -> None:  # fmt: skip
-    """A search program's result: its lanes' lists at their agents' rows of the env's
-    ``[M·k]`` (`_store_lists`, ``out_refs[0]``), then with ``obs`` those agents'
-    observation rows (`knn_obs.write_rows`; ``agent_of(q)``: the agent of local row ``q``,
-    as ``agent [BM]`` holds them)."""
-    _store_lists(out_refs[0], agent, lists, k, m)
-    if obs is None:
-        return
-    table_ref, scale_ref, time_ref = refs[:3]
-    knn_obs.write_rows(
-        out_refs[1 : 1 + len(obs.groups)], obs.groups, agent_of, agent.shape[0], out_refs[0],
-        table_ref, scale_ref, time_ref, m=m, k=k, reciprocal=obs.reciprocal,
-        interpret=obs.interpret,
-    )  # fmt: skip
-
-
-def _obs_operands(obs, n: int, m: int, k: int):
-    """A search call's extra operands, in-specs, out-shapes and out-specs for ``obs =
-    (spec, table [N, 8M], scale [7], time [N])`` (`_ObsSpec`), or empty lists."""
-    if obs is None:
-        return [], [], [], []
-    spec, table, scale, time = obs
-    d = knn_obs.obs_size(k)
-    operands = [
-        table.astype(jnp.float32).reshape(n, 8 * m),
-        scale.astype(jnp.float32).reshape(7),
-        time.astype(jnp.float32).reshape(n, 1),
-    ]
-    in_specs = [
-        pl.BlockSpec((None, 8 * m), lambda e, b: (e, 0)),
-        pl.BlockSpec((7,), lambda e, b: (0,)),
-        pl.BlockSpec((None, 1), lambda e, b: (e, 0)),
-    ]
-    shapes = [jax.ShapeDtypeStruct((n, g * d), jnp.float32) for _, g in spec.groups]
-    specs = [pl.BlockSpec((None, g * d), lambda e, b: (e, 0)) for _, g in spec.groups]
-    return operands, in_specs, shapes, specs
-
-
 def _check_batched_inputs(x, y, in_game, k) -> tuple[int, jax.Array, jax.Array, jax.Array]:
     """Validated ``(k, x, y, in_game)`` of a batched search (``[N, M]`` each)."""
     k = int(k)
@@ -625,13 +563,12 @@ def brute_lists_padded(
     k: int,
     *,
     interpret: bool | None = None,
-    obs: Any = None,
 ) -> jax.Array:
     """The brute-force kernel's lists ``[N, M, k]`` int32 (``-1`` = none) from inputs
     already padded (`brute_padding`'s lengths, default blocks): ``xq, yq [N, MQ]`` the
     positions (any value past ``M``), ``xc, yc [N, MC]`` the positions with ``+inf``
     where an agent is out of the game and past ``M`` (what the search would pad; the
-    batched Tag step writes them, `vector_step`). ``obs``: see `brute_obs_padded`."""
+    batched Tag step writes them, `vector_step`)."""
     mq, mc = brute_padding(m, interpret)
     n = xq.shape[0]
     if xq.shape != (n, mq) or yq.shape != (n, mq) or xc.shape != (n, mc) or yc.shape != (n, mc):
@@ -643,40 +580,16 @@ def brute_lists_padded(
     return _brute_lists(
         dummy, dummy, jnp.zeros((n, m), bool), k, block_rows=None, block_cols=None,
         num_warps=None, num_stages=None, split_self_range=None, interpret=interpret,
-        padded=(xq, yq, xc, yc), obs=obs,
+        padded=(xq, yq, xc, yc),
     )  # fmt: skip
-
-
-def brute_obs_padded(
-    xq: jax.Array,
-    yq: jax.Array,
-    xc: jax.Array,
-    yc: jax.Array,
-    m: int,
-    k: int,
-    table: jax.Array,
-    scale: jax.Array,
-    time: jax.Array,
-    groups: Sequence[tuple[int, int]],
-    *,
-    reciprocal: bool,
-    interpret: bool | None = None,
-) -> tuple[jax.Array, ...]:
-    """`brute_lists_padded`'s search writing each group's observations (as
-    `nearest_k_obs`): ``table [N, 8M]``, ``scale [7]``, ``time [N]``, ``groups`` and
-    ``reciprocal`` as there. Returns one ``[N, n, 7k+1]`` float32 per group."""
-    n = xq.shape[0]
-    obs = _obs_args(m, k, table, scale, time, groups, reciprocal, interpret, n)
-    return brute_lists_padded(xq, yq, xc, yc, m, k, interpret=interpret, obs=obs)
 
 
 def _brute_lists(
     x, y, in_game, k, *, block_rows, block_cols, num_warps, num_stages, split_self_range,
-    interpret, packed_keys=None, padded=None, obs=None,
-) -> jax.Array | tuple[jax.Array, ...]:  # fmt: skip
+    interpret, packed_keys=None, padded=None,
+) -> jax.Array:  # fmt: skip
     """The brute-force kernel's lists ``[N, M, k]`` int32, ``-1`` = none (``padded``: the
-    kernel's inputs, see `brute_lists_padded`; ``x, y, in_game`` then give shapes only);
-    with ``obs`` (`_obs_operands`) each group's observations ``[N, n, D]`` instead."""
+    kernel's inputs, see `brute_lists_padded`; ``x, y, in_game`` then give shapes only)."""
     k, x, y, in_game = _check_batched_inputs(x, y, in_game, k)
     n, m = x.shape
     interpret = _resolve_interpret(interpret)
@@ -697,23 +610,18 @@ def _brute_lists(
     kernel = functools.partial(
         _nearest_k_kernel, k=k, bm=bm, unroll=u, mc=mc, split=split, m=m,
         key_bits=_key_bits(packed_keys, mc), network=_check_network(PACKED_NETWORK),
-        obs=None if obs is None else obs[0],
     )  # fmt: skip
-    extra, extra_specs, obs_shapes, obs_specs = _obs_operands(obs, n, m, k)
-    out_shape = (jax.ShapeDtypeStruct((n, m * k), jnp.int32), *obs_shapes)
-    out_specs = (pl.BlockSpec((None, m * k), lambda e, b: (e, 0)), *obs_specs)
     out = pl.pallas_call(
         kernel,
-        out_shape=out_shape,
+        out_shape=jax.ShapeDtypeStruct((n, m * k), jnp.int32),
         grid=(n, mq // bm),
         in_specs=[
             pl.BlockSpec((None, bm), lambda e, b: (e, b)),
             pl.BlockSpec((None, bm), lambda e, b: (e, b)),
             pl.BlockSpec((None, mc), lambda e, b: (e, 0)),
             pl.BlockSpec((None, mc), lambda e, b: (e, 0)),
-            *extra_specs,
         ],
-        out_specs=out_specs,
+        out_specs=pl.BlockSpec((None, m * k), lambda e, b: (e, 0)),
         compiler_params=_compiler_params(num_warps, num_stages, bm),
         cost_estimate=pl.CostEstimate(
             flops=int(n * mq * mc * (5 + 5 * k)),
@@ -722,11 +630,8 @@ def _brute_lists(
         ),
         interpret=interpret,
         name="tag_nearest_k",
-    )(xq, yq, xc, yc, *extra)
-    if obs is None:
-        return out[0].reshape(n, m, k)
-    d = knn_obs.obs_size(k)
-    return tuple(o.reshape(n, g, d) for o, (_, g) in zip(out[1:], obs[0].groups, strict=True))
+    )(xq, yq, xc, yc)
+    return out.reshape(n, m, k)
 
 
 def _resolve_method(method: str | None, m: int) -> str:
@@ -782,89 +687,17 @@ def nearest_k_batched(
 def _lists_batched(
     x, y, in_game, k, *, method=None, block_rows=None, block_cols=None, chunk_size=None,
     tie_check=True, num_warps=None, num_stages=None, split_self_range=None, interpret=None,
-    obs=None,
 ) -> jax.Array:  # fmt: skip
     """The chosen kernel's lists ``[N, M, k]`` int32, ``-1`` = none (`nearest_k_batched`'s
-    arguments), or with ``obs`` (`_obs_operands`) each group's observations."""
+    arguments)."""
     m = jnp.shape(x)[-1] if jnp.ndim(x) == 2 else 0
     opts = dict(
         block_rows=block_rows, block_cols=block_cols, num_warps=num_warps,
         num_stages=num_stages, interpret=interpret,
     )  # fmt: skip
     if _resolve_method(method, m) == "sorted":
-        return _sorted_search(
-            x, y, in_game, k, chunk_size=chunk_size, tie_check=tie_check, obs=obs, **opts
-        )
-    return _brute_lists(x, y, in_game, k, split_self_range=split_self_range, obs=obs, **opts)
-
-
-def _obs_args(
-    m: int, k: int, table, scale, time, groups, reciprocal: bool, interpret, n: int | None
-):  # fmt: skip
-    """Validated ``(spec, table [N, 8M], scale [7], time [N])`` for a search that writes
-    observations (``n``: the batch, ``None`` for one env)."""
-    groups = tuple((int(lo), int(g)) for lo, g in groups)
-    if not groups:
-        raise ValueError("groups must list at least one (lo, n) range of agents")
-    for lo, g in groups:
-        if lo < 0 or g < 1 or lo + g > m:
-            raise ValueError(f"group (lo={lo}, n={g}) is not a range of the {m} agents")
-    lead = () if n is None else (n,)
-    table = jnp.asarray(table, jnp.float32)
-    if table.shape != (*lead, 8 * m):
-        want = ", ".join(map(str, (*lead, 8 * m)))
-        raise ValueError(f"table must be [{want}], got {table.shape}")
-    scale = jnp.asarray(scale, jnp.float32)
-    if scale.shape != (knn_obs.NUM_FEATURES,):
-        raise ValueError(f"scale must be [{knn_obs.NUM_FEATURES}], got {scale.shape}")
-    time = jnp.asarray(time, jnp.float32)
-    if time.shape != lead:
-        raise ValueError(f"time must have shape {lead}, got {time.shape}")
-    if reciprocal:
-        scale = jnp.float32(1.0) / scale
-    spec = _ObsSpec(groups, bool(reciprocal), _resolve_interpret(interpret))
-    return spec, table.reshape(-1, 8 * m), scale, time.reshape(-1)
-
-
-def nearest_k_obs(
-    x: jax.Array,
-    y: jax.Array,
-    in_game: jax.Array,
-    k: int,
-    table: jax.Array,
-    scale: jax.Array,
-    time: jax.Array,
-    groups: Sequence[tuple[int, int]],
-    *,
-    reciprocal: bool,
-    **options: Any,
-) -> tuple[jax.Array, ...]:
-    """One env's k-nearest observations, written by the search kernel itself.
-
-    The search is `nearest_k`'s (same lists), but each program writes its agents'
-    observation rows (`knn_obs.write_rows`) instead of their lists, so the lists never
-    go to memory and no separate writer runs: the same values as
-    ``knn_obs.knn_obs_pallas(feats, nearest_k_lists(...), None, range(lo, lo + n), ...)``
-    for each group, bit for bit.
-
-    Args:
-      x, y, in_game, k: as `nearest_k` (``[M]`` each).
-      table: ``[8M]`` float32, the agent-major features (`knn_obs._agent_major`).
-      scale: ``[7]`` float32 divisors of the features.
-      time: ``[]`` float32, ``t/E``.
-      groups: static ``(lo, n)`` ranges of agents, one output each.
-      reciprocal: multiply by ``1/scale`` (computed here) instead of dividing, as
-        `knn_obs.knn_obs_pallas`'s option.
-      options: `nearest_k`'s keyword options (method, blocks, ``interpret``).
-
-    Returns:
-      one ``[n, 7k+1]`` float32 per group. Vmaps over envs.
-    """
-    x, y, in_game = _one_env(x, y, in_game, "nearest_k_obs")
-    m = x.shape[0]
-    obs = _obs_args(m, k, table, scale, time, groups, reciprocal, options.get("interpret"), None)
-    outs = _lists_batched(x[None], y[None], in_game[None], k, obs=obs, **options)
-    return tuple(o[0] for o in outs)
+        return _sorted_search(x, y, in_game, k, chunk_size=chunk_size, tie_check=tie_check, **opts)
+    return _brute_lists(x, y, in_game, k, split_self_range=split_self_range, **opts)
 
 
 def nearest_k_lists(
@@ -987,8 +820,12 @@ CHUNK_ORDER = "keyed"
 #: at 8; the env step 1.676 → 1.577 ms (interleaved, `env_ab_probe`, 2026-11-24 run 2).
 CHUNK_SIZE = 8
 #: The sorted search's default candidates per unrolled loop step ``U`` (compiled; capped at
-#: the chunk size).
+#: the chunk size). H200, 2000 × (5+995): 8 and 16 (with 16-candidate chunks) equal, 4
+#: 3% slower (2026-11-24 run 26).
 SORTED_UNROLL = 8
+#: The sorted search's default query rows per program ``BM`` (one per lane; Triton warps
+#: ``BM / 32``).
+SORTED_BLOCK_ROWS = 32
 
 #: Bits per axis of the quantised positions whose Hilbert index orders the agents.
 _HILBERT_BITS = 15
@@ -1078,8 +915,8 @@ def spatial_order(x: jax.Array, y: jax.Array) -> jax.Array:
 
 def _sorted_knn_kernel(
     cb_ref, xq_ref, yq_ref, qc_ref, xc_ref, yc_ref, oc_ref, bx0_ref, bx1_ref, by0_ref,
-    by1_ref, pq_ref, xo_ref, yo_ref, *refs, k, m, bm, bc, unroll, nb, nc, tie_check,
-    stats, order, ncp, key_bits, network="insert", obs=None,
+    by1_ref, pq_ref, xo_ref, yo_ref, *out_refs, k, m, bm, bc, unroll, nb, nc, tie_check,
+    stats, order, ncp, key_bits, network="insert",
 ):  # fmt: skip
     """One env, ``BM`` consecutive sorted query rows (one per lane); chunk-pruned search.
 
@@ -1111,12 +948,7 @@ def _sorted_knn_kernel(
     Otherwise ``tie_check``: search with the brute-force kernel's cheaper strict
     insertion and ``k + 1`` slots (exact unless two of a lane's ``k + 1`` best distances
     are equal), and search again with the ordered insertion if some lane has such a tie.
-
-    ``obs`` (`_ObsSpec`): after the lists, write the observation rows of the queries'
-    agents (`knn_obs.write_rows`); then the inputs go on with ``table [8M]``, ``scale
-    [7]`` and ``time [1]``, and the outputs with one flat ``[n·D]`` per group.
     """
-    out_refs = _obs_refs(refs, obs)
     b = pl.program_id(1)
     xq = xq_ref[...]  # [BM]
     yq = yq_ref[...]  # [BM]
@@ -1327,9 +1159,9 @@ def _sorted_knn_kernel(
         lists, count = lax.cond(any_tie, again_lex, lambda: (indices((ld[:k], lj[:k])), count))
     else:
         lists, count = exact()
-    _store_result(out_refs, refs, obs, pq_ref[...], lambda q: pq_ref[q], lists, k, m)
+    _store_lists(out_refs[0], pq_ref[...], lists, k, m)
     if stats:
-        out_refs[-1][...] = jnp.full((bm,), count, jnp.int32)
+        out_refs[1][...] = jnp.full((bm,), count, jnp.int32)
 
 
 def sorted_inputs(
@@ -1384,12 +1216,10 @@ def sorted_inputs(
 
 def _sorted_knn_call(
     x, y, in_game, k, *, bm, bc, u, tie_check, num_warps, num_stages, interpret, stats,
-    order, packed_keys=None, obs=None,
+    order, packed_keys=None,
 ):  # fmt: skip
     """Prepare, then the kernel. Returns ``out [N, M, k]`` (-1 = none) and, with
-    ``stats``, ``pairs [N]`` (pairs streamed over ``M²``); with ``obs`` (see
-    `_obs_operands`), a tuple of each group's observations ``[N, n, D]`` instead of
-    ``out``."""
+    ``stats``, ``pairs [N]`` (pairs streamed over ``M²``)."""
     n, m = x.shape
     mp = _round_up(m, max(bm, bc))
     nb, nc = mp // bm, mp // bc
@@ -1409,13 +1239,10 @@ def _sorted_knn_call(
         ncp=_next_pow2(nc),
         key_bits=_key_bits(packed_keys, m),
         network=_check_network(PACKED_NETWORK),
-        obs=None if obs is None else obs[0],
     )
-    extra, extra_specs, obs_shapes, obs_specs = _obs_operands(obs, n, m, k)
-    # The kernel writes each list (or observation row) at its agent's row: no un-sorting
-    # pass afterwards.
-    out_shape = [jax.ShapeDtypeStruct((n, m * k), jnp.int32), *obs_shapes]
-    out_specs = [pl.BlockSpec((None, m * k), lambda e, b: (e, 0)), *obs_specs]
+    # The kernel writes each list at its agent's row: no un-sorting pass afterwards.
+    out_shape = [jax.ShapeDtypeStruct((n, m * k), jnp.int32)]
+    out_specs = [pl.BlockSpec((None, m * k), lambda e, b: (e, 0))]
     if stats:
         out_shape.append(jax.ShapeDtypeStruct((n, mp), jnp.int32))
         out_specs.append(pl.BlockSpec((None, bm), lambda e, b: (e, b)))
@@ -1431,8 +1258,7 @@ def _sorted_knn_call(
         + [cand_spec] * 3
         + [box_spec] * 4
         + [query_spec]
-        + [cand_spec] * 2
-        + extra_specs,
+        + [cand_spec] * 2,
         out_specs=tuple(out_specs),
         compiler_params=_compiler_params(num_warps, num_stages, bm),
         # Typical: ~15% of the pairs at ~8 + 5(k+1) simple ops.
@@ -1448,16 +1274,10 @@ def _sorted_knn_call(
         jnp.pad(perm, ((0, 0), (0, mp - m)), constant_values=m),
         jnp.pad(x, ((0, 0), (0, mp - m))),
         jnp.pad(y, ((0, 0), (0, mp - m))),
-        *extra,
     )
-    if obs is None:
-        out = outs[0].reshape(n, m, k)  # agent order
-    else:
-        d = knn_obs.obs_size(k)
-        groups = obs[0].groups
-        out = tuple(o.reshape(n, g, d) for o, (_, g) in zip(outs[1:], groups, strict=False))
+    out = outs[0].reshape(n, m, k)  # agent order
     if stats:
-        visits = jnp.sum(outs[-1][:, ::bm], axis=1).astype(jnp.float32)  # [N]
+        visits = jnp.sum(outs[1][:, ::bm], axis=1).astype(jnp.float32)  # [N]
         return out, visits * (bm * bc / (m * m))
     return out
 
@@ -1534,7 +1354,7 @@ def nearest_k_sorted_batched(
       in_game: ``[N, M]`` bool; only agents with ``in_game[n, j]`` are candidates.
       k: neighbours per agent (static), ``k >= 1``.
       block_rows: query rows per program ``BM``, one per lane (power of two; default
-        ``min(32, next_pow2(M))``).
+        ``min(SORTED_BLOCK_ROWS, next_pow2(M))``).
       chunk_size: candidates per chunk ``BC`` (power of two; default
         ``min(CHUNK_SIZE, next_pow2(M))``).
       block_cols: candidates per unrolled loop step ``U`` inside a chunk (power of two,
@@ -1596,7 +1416,7 @@ def _finish(out: jax.Array) -> tuple[jax.Array, jax.Array]:
 def _sorted_search(
     x, y, in_game, k, *, block_rows=None, chunk_size=None, block_cols=None,
     tie_check=True, num_warps=None, num_stages=None, interpret=None, stats=False,
-    chunk_order=None, packed_keys=None, obs=None,
+    chunk_order=None, packed_keys=None,
 ):  # fmt: skip
     k, x, y, in_game = _check_batched_inputs(x, y, in_game, k)
     order = CHUNK_ORDER if chunk_order is None else chunk_order
@@ -1604,7 +1424,9 @@ def _sorted_search(
         raise ValueError(f"chunk_order must be one of {CHUNK_ORDERS}, got {order!r}")
     m = x.shape[1]
     interpret = _resolve_interpret(interpret)
-    bm = _check_block("block_rows", min(32, _next_pow2(m)) if block_rows is None else block_rows)
+    bm = _check_block(
+        "block_rows", min(SORTED_BLOCK_ROWS, _next_pow2(m)) if block_rows is None else block_rows
+    )
     bc = _check_block(
         "chunk_size", min(CHUNK_SIZE, _next_pow2(m)) if chunk_size is None else chunk_size
     )
@@ -1615,7 +1437,7 @@ def _sorted_search(
     return _sorted_knn_call(
         x, y, in_game, k, bm=bm, bc=bc, u=u, tie_check=bool(tie_check), num_warps=num_warps,
         num_stages=num_stages, interpret=interpret, stats=stats, order=order,
-        packed_keys=packed_keys, obs=obs,
+        packed_keys=packed_keys,
     )  # fmt: skip
 
 

@@ -83,7 +83,6 @@ __all__ = [
     "knn_obs_xla",
     "obs_size",
     "with_valid",
-    "write_rows",
 ]
 
 #: The implementations `knn_obs` dispatches to.
@@ -195,30 +194,6 @@ def _agent_major(feats: jax.Array, in_game: jax.Array) -> jax.Array:
     return jnp.concatenate([feats.astype(jnp.float32), g], axis=0).T.reshape(-1)
 
 
-def _element(table_ref, scale_ref, time_ref, code, i, f, m, raw, reciprocal, interpret):
-    """One observation element per lane: observer ``i``, feature ``f`` (7: the time
-    column), the slot's neighbour ``code`` (`_encode`, or with ``raw`` ``-1`` = none, which
-    reads the observer's own row as the searches' padding ``idx = i`` does)."""
-    fc = jnp.minimum(f, NUM_FEATURES - 1)
-    ok = code >= 0
-    pad = i if raw else -1 - code  # an empty slot's idx (the masked value's sign of zero)
-    j = jnp.clip(jnp.where(ok, code, pad), 0, m - 1)  # the neighbour
-    other = table_ref[j * _ROW + fc]
-    own = table_ref[i * _ROW + fc]
-    g_own = table_ref[i * _ROW + NUM_FEATURES]
-    sc = scale_ref[fc]
-    rel = (f < NUM_RELATIVE).astype(jnp.float32)
-    mask = jnp.where(ok, g_own, jnp.float32(0.0))  # valid & in_game[i], as 1.0 / 0.0
-    diff = other - own * rel
-    if reciprocal:
-        q = diff * sc
-    elif interpret:
-        q = diff / sc
-    else:
-        q = _div_rn(diff, sc)
-    return jnp.where(f == NUM_FEATURES, time_ref[0] * g_own, q * mask)
-
-
 def _knn_obs_kernel(
     table_ref, code_ref, scale_ref, time_ref, *refs, m, k, n, lo, block, reciprocal, raw,
     interpret,
@@ -245,9 +220,26 @@ def _knn_obs_kernel(
     c = ec - r * d  # column
     f = lax.div(c, jnp.int32(k))  # feature, 7 in the time column
     s = c - f * k  # slot (0 in the time column)
+    fc = jnp.minimum(f, NUM_FEATURES - 1)
     i = ids_ref[r] if lo is None else r + lo  # the observing agent
     code = code_ref[i * k + s]
-    val = _element(table_ref, scale_ref, time_ref, code, i, f, m, raw, reciprocal, interpret)
+    ok = code >= 0
+    pad = i if raw else -1 - code  # an empty slot's idx (the masked value's sign of zero)
+    j = jnp.clip(jnp.where(ok, code, pad), 0, m - 1)  # the neighbour
+    other = table_ref[j * _ROW + fc]
+    own = table_ref[i * _ROW + fc]
+    g_own = table_ref[i * _ROW + NUM_FEATURES]
+    sc = scale_ref[fc]
+    rel = (f < NUM_RELATIVE).astype(jnp.float32)
+    mask = jnp.where(ok, g_own, jnp.float32(0.0))  # valid & in_game[i], as 1.0 / 0.0
+    diff = other - own * rel
+    if reciprocal:
+        q = diff * sc
+    elif interpret:
+        q = diff / sc
+    else:
+        q = _div_rn(diff, sc)
+    val = jnp.where(f == NUM_FEATURES, time_ref[0] * g_own, q * mask)
     pl_triton.store(out_ref.at[pl.ds(e0, block)], val, mask=inside)
 
 
@@ -330,63 +322,6 @@ def knn_obs_pallas(
         name="tag_knn_obs",
     )(*args)
     return out.reshape(n, d)
-
-
-# ------------------------------------------------------------------------- in the search
-#: Output elements per loop step of `write_rows` (per lane: this over the program's lanes).
-ROWS_CHUNK = 256
-
-
-def write_rows(
-    out_refs, groups, agent_of, rows, lists_ref, table_ref, scale_ref, time_ref, *, m, k,
-    reciprocal, interpret,
-) -> None:  # fmt: skip
-    """Kernel-side: the observation rows of a search program's agents, from their lists.
-
-    Called at the end of a k-nearest search program (`kernels`) right after it stored its
-    lists at its agents' rows of ``lists_ref [M·k]`` (``-1`` = none): the program then
-    writes those agents' observation rows itself, as `_knn_obs_kernel` computes them
-    (the same operations in the same order, so the same bits), so no separate writer
-    launch reads the lists back. ``rows``: the program's lanes ``BM``; ``agent_of(q
-    [E]) -> [E]`` int32 the agent of local row ``q`` (``>= m``: padding, writes
-    nothing). ``table_ref [8M]`` the env's agent-major features (`_agent_major`),
-    ``scale_ref [7]`` the scale or ``1/scale`` with ``reciprocal``, ``time_ref [1]``
-    ``t/E``. ``groups``: static ``(lo, n)`` per output, ``out_refs``: each group's flat
-    ``[n·D]`` rows (agent ``lo + r`` at row ``r``).
-
-    The program's ``rows · D`` output elements are walked `ROWS_CHUNK` at a time in
-    row-major order, one element per lane as in the writer, so each row's ``D`` values
-    go out as one contiguous run. A barrier first makes the lanes' list stores visible to
-    the whole program (not needed, and not available, in interpret mode).
-    """
-    if not interpret:
-        pl_triton.debug_barrier()
-    d = obs_size(k)
-    total = rows * d
-    chunk = min(ROWS_CHUNK, _next_pow2(total))
-
-    def body(t, carry):
-        e = t * chunk + lax.broadcasted_iota(jnp.int32, (chunk,), 0)  # [E] element
-        inside = e < total
-        ec = jnp.minimum(e, total - 1)
-        q = lax.div(ec, jnp.int32(d))  # local row
-        c = ec - q * d  # column
-        f = lax.div(c, jnp.int32(k))  # feature, 7 in the time column
-        s = c - f * k  # slot
-        agent = agent_of(q)
-        real = inside & (agent < m)
-        i = jnp.minimum(agent, m - 1)
-        code = lists_ref[i * k + s]
-        val = _element(table_ref, scale_ref, time_ref, code, i, f, m, True, reciprocal, interpret)
-        for (lo, n), out_ref in zip(groups, out_refs, strict=True):
-            keep = real & (agent >= lo) & (agent < lo + n)
-            # masked lanes point past the end (interpret mode's masked scatter writes back
-            # what it read at every index: they must not share one with a real element)
-            at = jnp.where(keep, (agent - lo) * d + c, n * d)
-            pl_triton.store(out_ref.at[at], val, mask=keep)
-        return carry
-
-    lax.fori_loop(0, pl.cdiv(total, chunk), body, 0)
 
 
 # ------------------------------------------------------------------------------- dispatch

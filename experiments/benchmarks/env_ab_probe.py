@@ -6,12 +6,12 @@ scan of ``--num_steps`` vmapped steps with random actions, auto-reset, compile e
 median of ``--repeats`` calls; both flags are `experiments.benchmarks.run`'s) for each
 config (``--configs``, envs x taggers+runners, WarpDrive's Tag settings, partial
 observation of ``--k`` neighbours, the Pallas searches) and each variant
-``knn_obs_impl[/setting=value...]``: the env's observation writer (`env.KNN_OBS_IMPLS`)
+``knn_obs_impl[/setting=value...]``: the env's observation writer (`knn_obs.IMPLS`)
 and module defaults read when the env is traced (`SETTINGS`: ``chunk`` =
 `kernels.CHUNK_SIZE`, ``unroll`` = `kernels.BRUTE_UNROLL`, ``sunroll`` =
 `kernels.SORTED_UNROLL`, ``network`` = `kernels.PACKED_NETWORK`, ``sort`` =
-`kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``tail`` =
-`knn_obs.ROWS_CHUNK`, ``order`` =
+`kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``sblock`` =
+`kernels.SORTED_BLOCK_ROWS`, ``order`` =
 `kernels.CHUNK_ORDER`, ``elements`` = `vector_step.DEFAULT_ELEMENTS`, ``warps`` =
 `vector_step.DEFAULT_WARPS`, ``table`` = `vector_step.TABLE_STORE`, ``draws`` =
 `env.RESET_DRAWS_IN_KERNEL` and ``skip`` = `kernels.PACKED_SKIP_DISTINCT` as 1 or 0),
@@ -56,7 +56,7 @@ SETTINGS = {
     "network": (kernels, "PACKED_NETWORK", kernels.PACKED_NETWORKS),  # packed search's
     "sort": (kernels, "SORT_KEYS", kernels.SORT_KEY_FORMS),  # curve sort: packed / argsort
     "block": (knn_obs, "DEFAULT_BLOCK", "pow2"),  # observation writer: elements per program
-    "tail": (knn_obs, "ROWS_CHUNK", "pow2"),  # fused: elements per loop step of write_rows
+    "sblock": (kernels, "SORTED_BLOCK_ROWS", "pow2"),  # sorted search: query rows per program
     "order": (kernels, "CHUNK_ORDER", kernels.CHUNK_ORDERS),  # sorted search: chunk order
     "elements": (vector_step, "DEFAULT_ELEMENTS", "pow2"),  # batched step: per program
     "warps": (vector_step, "DEFAULT_WARPS", "pow2"),  # batched step: Triton warps
@@ -90,10 +90,10 @@ def parse_variant(text: str) -> Variant:
     """``"pallas/chunk=16/sort=argsort"`` -> ``("pallas", (("chunk", 16), ("sort",
     "argsort")))``: the env's ``knn_obs_impl`` and the `SETTINGS` it changes."""
     impl, *parts = [p.strip() for p in text.split("/")]
-    if impl not in ("auto", *tag_env.KNN_OBS_IMPLS):
+    if impl not in ("auto", *knn_obs.IMPLS):
         raise ValueError(
             f"variant must be knn_obs_impl[/setting=value...] with knn_obs_impl in "
-            f"{('auto', *tag_env.KNN_OBS_IMPLS)}, got {text!r}"
+            f"{('auto', *knn_obs.IMPLS)}, got {text!r}"
         )
     settings = []
     for part in parts:

@@ -164,22 +164,3 @@ def test_lowering_check_sees_interpret_mode() -> None:
     x, y, g = _positions()
     fn = lambda x, y, g: kernels.nearest_k_batched(x, y, g, K, method="brute", interpret=True)
     assert _lowered_triton_calls(fn, x, y, g) == 0
-
-
-@pytest.mark.parametrize(("method", "reciprocal"), [("brute", True), ("sorted", False)])
-def test_search_writing_observations_lowers_to_triton(method: str, reciprocal: bool) -> None:
-    x, y, g = _positions()
-    feats = _feats(x, y, g)
-    scale = jnp.arange(1.0, 8.0)
-
-    def fn(feats, x, y, g):
-        def one(f, xx, yy, gg):
-            table = knn_obs._agent_major(f, gg)
-            return kernels.nearest_k_obs(
-                xx, yy, gg, K, table, scale, jnp.float32(0.5), [(0, T), (T, R)],
-                reciprocal=reciprocal, method=method, interpret=False,
-            )  # fmt: skip
-
-        return jax.vmap(one)(feats, x, y, g)
-
-    assert _lowered_triton_calls(fn, feats, x, y, g) == 1
