@@ -121,7 +121,9 @@ __all__ = [
     "PACKED_NETWORKS",
     "PACKED_SKIP_DISTINCT",
     "SORTED_BLOCK_ROWS",
+    "SORTED_LANE_TEST",
     "SORTED_MIN_AGENTS",
+    "SORTED_PREPICK",
     "SORTED_UNROLL",
     "SORT_KEYS",
     "SORT_KEY_FORMS",
@@ -826,6 +828,14 @@ SORTED_UNROLL = 8
 #: The sorted search's default query rows per program ``BM`` (one per lane; Triton warps
 #: ``BM / 32``).
 SORTED_BLOCK_ROWS = 32
+#: Chunk orders ``"best"``/``"keyed"``: reduce the unvisited chunks to the next one before
+#: visiting the current one (independent work, issued ahead of the visit's branch)
+#: rather than after it. Same results.
+SORTED_PREPICK = False
+#: Chunk orders ``"best"``/``"keyed"``: before visiting a chunk whose box passed the
+#: block's bound, test each lane's point-to-box bound and skip the chunk if no lane can
+#: gain (one more reduction and branch per visit). Same results either way.
+SORTED_LANE_TEST = True
 
 #: Bits per axis of the quantised positions whose Hilbert index orders the agents.
 _HILBERT_BITS = 15
@@ -1104,10 +1114,19 @@ def _sorted_knn_kernel(
                 bound = bound_of(state[2])
                 return (bound < _INF) & (bound <= state[0][1])
 
+            def go(c, cr):
+                if SORTED_LANE_TEST:
+                    return per_lane(c, False, cr)
+                return visit(c, False)(cr)
+
             def nearest(state):
                 cr, v, vmin = state
                 c = pick(v, vmin)
-                cr = per_lane(c, False, cr)
+                if SORTED_PREPICK:  # the next pick's reduction before the visit's branch
+                    v = jnp.where(ci == c, done, v)
+                    vmin = jnp.min(v)
+                    return go(c, cr), v, vmin
+                cr = go(c, cr)
                 v = jnp.where(ci == c, done, v)
                 return cr, v, jnp.min(v)
 

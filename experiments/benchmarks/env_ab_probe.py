@@ -11,7 +11,8 @@ and module defaults read when the env is traced (`SETTINGS`: ``chunk`` =
 `kernels.CHUNK_SIZE`, ``unroll`` = `kernels.BRUTE_UNROLL`, ``sunroll`` =
 `kernels.SORTED_UNROLL`, ``network`` = `kernels.PACKED_NETWORK`, ``sort`` =
 `kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``sblock`` =
-`kernels.SORTED_BLOCK_ROWS`, ``order`` =
+`kernels.SORTED_BLOCK_ROWS`, ``prepick`` = `kernels.SORTED_PREPICK`, ``lanetest`` =
+`kernels.SORTED_LANE_TEST`, ``order`` =
 `kernels.CHUNK_ORDER`, ``elements`` = `vector_step.DEFAULT_ELEMENTS`, ``warps`` =
 `vector_step.DEFAULT_WARPS`, ``table`` = `vector_step.TABLE_STORE`, ``draws`` =
 `env.RESET_DRAWS_IN_KERNEL` and ``skip`` = `kernels.PACKED_SKIP_DISTINCT` as 1 or 0),
@@ -57,6 +58,8 @@ SETTINGS = {
     "sort": (kernels, "SORT_KEYS", kernels.SORT_KEY_FORMS),  # curve sort: packed / argsort
     "block": (knn_obs, "DEFAULT_BLOCK", "pow2"),  # observation writer: elements per program
     "sblock": (kernels, "SORTED_BLOCK_ROWS", "pow2"),  # sorted search: query rows per program
+    "prepick": (kernels, "SORTED_PREPICK", "bool"),  # sorted search: next pick before visit
+    "lanetest": (kernels, "SORTED_LANE_TEST", "bool"),  # sorted search: per-lane chunk test
     "order": (kernels, "CHUNK_ORDER", kernels.CHUNK_ORDERS),  # sorted search: chunk order
     "elements": (vector_step, "DEFAULT_ELEMENTS", "pow2"),  # batched step: per program
     "warps": (vector_step, "DEFAULT_WARPS", "pow2"),  # batched step: Triton warps

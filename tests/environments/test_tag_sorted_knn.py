@@ -251,3 +251,28 @@ def test_sorted_bad_options_raise():
         kernels.nearest_k_sorted_batched(x, x, g, 0)
     with pytest.raises(ValueError, match="method must be"):
         kernels.nearest_k(x[0], x[0], g[0], 2, method="grid")
+
+
+@pytest.mark.parametrize(("prepick", "lane_test"), [(True, True), (True, False), (False, False)])
+@pytest.mark.parametrize("m,k,bm,bc,u,tie_check", [CASES[2], CASES[6]])
+def test_visit_loop_options_match_reference(
+    monkeypatch, m, k, bm, bc, u, tie_check, prepick, lane_test
+):
+    """`kernels.SORTED_PREPICK` (the next chunk picked before the visit) and
+    `kernels.SORTED_LANE_TEST` off (every chunk that passes the block bound is streamed)
+    change the work, never the lists."""
+    monkeypatch.setattr(kernels, "SORTED_PREPICK", prepick)
+    monkeypatch.setattr(kernels, "SORTED_LANE_TEST", lane_test)
+    kinds = KINDS[:8]
+    x, y, g = make_states(m, kinds, seed=m + 3 * k + int(prepick) + 2 * int(lane_test))
+    fn = jax.jit(
+        functools.partial(
+            kernels.sorted_search_stats, k=k, interpret=True, block_rows=bm, chunk_size=bc,
+            block_cols=u, tie_check=tie_check, chunk_order="keyed",
+        )
+    )  # fmt: skip
+    idx, valid, _ = fn(x, y, g)
+    ref_idx, ref_valid = _reference(k)(x, y, g)
+    for e, kind in enumerate(kinds):
+        what = f"prepick={prepick} lane_test={lane_test} {kind} (env {e})"
+        assert_same(idx[e], valid[e], ref_idx[e], ref_valid[e], what)

@@ -164,3 +164,12 @@ def test_lowering_check_sees_interpret_mode() -> None:
     x, y, g = _positions()
     fn = lambda x, y, g: kernels.nearest_k_batched(x, y, g, K, method="brute", interpret=True)
     assert _lowered_triton_calls(fn, x, y, g) == 0
+
+
+@pytest.mark.parametrize(("prepick", "lane_test"), [(True, False), (False, False)])
+def test_sorted_visit_loop_options_lower_to_triton(monkeypatch, prepick, lane_test) -> None:
+    monkeypatch.setattr(kernels, "SORTED_PREPICK", prepick)
+    monkeypatch.setattr(kernels, "SORTED_LANE_TEST", lane_test)
+    x, y, g = _positions()
+    fn = lambda x, y, g: kernels.nearest_k_sorted_batched(x, y, g, K, interpret=False)
+    assert _lowered_triton_calls(fn, x, y, g) == 1
