@@ -89,6 +89,13 @@ __all__ = [
 IMPLS = ("xla", "pallas")
 #: Default output elements per Pallas program (capped at the next power of two of ``n·D``).
 DEFAULT_BLOCK = 1024
+#: Default Triton warps of the Pallas writer (``None``: ``max(1, min(4, B // 256))``).
+DEFAULT_WARPS = None
+#: Store each program's block through a start Triton cannot prove aligned (a runtime
+#: zero added), so it issues one 4-byte store per element instead of vectors of 4: the
+#: lanes of one instruction then hold consecutive elements (neighbouring slots of a row)
+#: rather than every fourth. Same values.
+OPAQUE_STORE = False
 
 _RELATIVE = np.array([1] * NUM_RELATIVE + [0] * (NUM_FEATURES - NUM_RELATIVE), np.float32)
 
@@ -240,6 +247,8 @@ def _knn_obs_kernel(
     else:
         q = _div_rn(diff, sc)
     val = jnp.where(f == NUM_FEATURES, time_ref[0] * g_own, q * mask)
+    if OPAQUE_STORE:  # t/E >= 0, so this adds 0; the compiler cannot know it
+        e0 = e0 + (time_ref[0] < jnp.float32(-1.0)).astype(jnp.int32)
     pl_triton.store(out_ref.at[pl.ds(e0, block)], val, mask=inside)
 
 
@@ -268,7 +277,7 @@ def knn_obs_pallas(
       block_size: output elements per program ``B``, a power of two (default
         ``min(DEFAULT_BLOCK, next_pow2(n·D))``); grid ``ceil(n·D / B)`` per env (Pallas
         prepends the env axis under `jax.vmap`).
-      num_warps: Triton warps (default ``max(1, min(4, B // 256))``).
+      num_warps: Triton warps (default `DEFAULT_WARPS`, else ``max(1, min(4, B // 256))``).
       interpret: Pallas interpret mode; ``None``: only when the default backend is CPU.
       table: the agent-major feature table ``[8M]`` (`_agent_major(feats, in_game)`), if
         already built (the batched Tag step writes it); ``feats`` then gives shapes only.
@@ -284,6 +293,8 @@ def knn_obs_pallas(
         "block_size",
         min(DEFAULT_BLOCK, _next_pow2(total)) if block_size is None else block_size,
     )
+    if num_warps is None:
+        num_warps = DEFAULT_WARPS
     warps = max(1, min(4, block // 256)) if num_warps is None else int(num_warps)
     reciprocal = reference_uses_reciprocal(False) if reciprocal is None else bool(reciprocal)
     scale = scale.astype(jnp.float32)

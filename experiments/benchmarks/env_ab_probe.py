@@ -10,7 +10,8 @@ observation of ``--k`` neighbours, the Pallas searches) and each variant
 and module defaults read when the env is traced (`SETTINGS`: ``chunk`` =
 `kernels.CHUNK_SIZE`, ``unroll`` = `kernels.BRUTE_UNROLL`, ``sunroll`` =
 `kernels.SORTED_UNROLL`, ``network`` = `kernels.PACKED_NETWORK`, ``sort`` =
-`kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``sblock`` =
+`kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``wwarps`` =
+`knn_obs.DEFAULT_WARPS`, ``opaque`` = `knn_obs.OPAQUE_STORE`, ``sblock`` =
 `kernels.SORTED_BLOCK_ROWS`, ``prepick`` = `kernels.SORTED_PREPICK`, ``lanetest`` =
 `kernels.SORTED_LANE_TEST`, ``order`` =
 `kernels.CHUNK_ORDER`, ``elements`` = `vector_step.DEFAULT_ELEMENTS`, ``warps`` =
@@ -57,6 +58,8 @@ SETTINGS = {
     "network": (kernels, "PACKED_NETWORK", kernels.PACKED_NETWORKS),  # packed search's
     "sort": (kernels, "SORT_KEYS", kernels.SORT_KEY_FORMS),  # curve sort: packed / argsort
     "block": (knn_obs, "DEFAULT_BLOCK", "pow2"),  # observation writer: elements per program
+    "wwarps": (knn_obs, "DEFAULT_WARPS", "pow2"),  # observation writer: Triton warps
+    "opaque": (knn_obs, "OPAQUE_STORE", "bool"),  # observation writer: unvectorised store
     "sblock": (kernels, "SORTED_BLOCK_ROWS", "pow2"),  # sorted search: query rows per program
     "prepick": (kernels, "SORTED_PREPICK", "bool"),  # sorted search: next pick before visit
     "lanetest": (kernels, "SORTED_LANE_TEST", "bool"),  # sorted search: per-lane chunk test

@@ -333,3 +333,22 @@ def test_probe_smoke() -> None:
     assert all(r["asm_us"] > 0 for r in times[:3])
     assert all(r["asm_check"]["differ"] == 0 for r in times[1:3])
     assert all(r["step_ms"] > 0 for r in times if r["variant"].startswith("env"))
+
+
+def test_writer_store_and_warp_options_keep_the_values(monkeypatch) -> None:
+    """`knn_obs.OPAQUE_STORE` and `knn_obs.DEFAULT_WARPS` change how the kernel stores,
+    never what: the same bits as the default writer (interpret mode)."""
+    env = _env("4+20_k10", "pallas")
+    rng = np.random.default_rng(5)
+    p = _params(rng)
+    s = _random_state(rng, env, p.grid_length, 0.6)
+    lists = kernels.nearest_k_lists(s.x, s.y, s.in_game, env.num_other_agents_observed)
+    feats = env._features(s)
+    scale = jnp.arange(1.0, 8.0)
+    call = lambda: ko.knn_obs_pallas(
+        feats, lists, None, range(4, 24), scale, s.in_game, jnp.float32(0.3), reciprocal=True
+    )
+    ref = call()
+    monkeypatch.setattr(ko, "OPAQUE_STORE", True)
+    monkeypatch.setattr(ko, "DEFAULT_WARPS", 8)
+    assert_bitwise(call(), ref, "opaque store, 8 warps")

@@ -173,3 +173,20 @@ def test_sorted_visit_loop_options_lower_to_triton(monkeypatch, prepick, lane_te
     x, y, g = _positions()
     fn = lambda x, y, g: kernels.nearest_k_sorted_batched(x, y, g, K, interpret=False)
     assert _lowered_triton_calls(fn, x, y, g) == 1
+
+
+@pytest.mark.parametrize("opaque", [False, True])
+def test_knn_obs_opaque_store_lowers_to_triton(monkeypatch, opaque: bool) -> None:
+    monkeypatch.setattr(knn_obs, "OPAQUE_STORE", opaque)
+    x, y, g = _positions()
+    feats = _feats(x, y, g)
+    lists = jnp.zeros((N, M, K), jnp.int32)
+
+    def fn(feats, lists, g):
+        one = lambda f, li, gg: knn_obs.knn_obs_pallas(
+            f, li, None, range(T, M), jnp.arange(1.0, 8.0), gg, jnp.float32(0.5),
+            reciprocal=True, interpret=False, num_warps=8,
+        )  # fmt: skip
+        return jax.vmap(one)(feats, lists, g)
+
+    assert _lowered_triton_calls(fn, feats, lists, g) == 1
