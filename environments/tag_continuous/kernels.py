@@ -120,6 +120,9 @@ __all__ = [
     "PACKED_NETWORK",
     "PACKED_NETWORKS",
     "PACKED_SKIP_DISTINCT",
+    "PREP_IMPL",
+    "PREP_IMPLS",
+    "PREP_MAX_AGENTS",
     "SORTED_BLOCK_ROWS",
     "SORTED_LANE_TEST",
     "SORTED_MIN_AGENTS",
@@ -1233,6 +1236,108 @@ def sorted_inputs(
     return perm, (cb, xq, yq, qc, xc, yc, oc, bx0, bx1, by0, by1)
 
 
+#: How the sorted search's inputs are prepared from the curve order: ``"pallas"`` (one
+#: program per env, `_prep_kernel`, where ``next_pow2(MP) <= PREP_MAX_AGENTS``) or
+#: ``"xla"`` (`sorted_inputs`: gathers, a cumsum, three scatters, pads and reductions,
+#: about ten XLA kernels). Same values.
+PREP_IMPLS = ("pallas", "xla")
+PREP_IMPL = "pallas"
+#: The Pallas preparation holds an env's padded agents in one ``[next_pow2(MP)]`` vector.
+PREP_MAX_AGENTS = 4096
+
+
+def _prep_kernel(
+    perm_ref, x_ref, y_ref, g_ref, cb_ref, xq_ref, yq_ref, qc_ref, xc_ref, yc_ref, oc_ref,
+    bx0_ref, bx1_ref, by0_ref, by1_ref, pq_ref, xo_ref, yo_ref, *, m, mp, bm, bc, interpret,
+):  # fmt: skip
+    """One env's `sorted_inputs` (the same values) and the kernel's ``pq, xo, yo``.
+
+    ``perm [M]`` int32 (the curve order), ``x, y [M]`` float32, ``g [M]`` int32 (in the
+    game: 1). Writes ``cb [NB+1]``, ``xq, yq, qc, xc, yc, oc, pq, xo, yo [MP]`` and the
+    chunk boxes ``[NC]`` (see `_sorted_knn_kernel`). Works on ``P = next_pow2(MP)``
+    lanes: sorted position ``p`` gathers its agent, an inclusive cumsum of the in-game
+    flags gives each in-game agent's candidate position (the stable partition), the
+    candidates are scattered there, and after a barrier the program reads them back in
+    chunks of ``BC`` for the boxes.
+    """
+    p2 = _next_pow2(mp)
+    p = lax.broadcasted_iota(jnp.int32, (p2,), 0)
+    inside = p < mp
+    real = p < m
+    agent = perm_ref[jnp.minimum(p, m - 1)]  # padding repeats the last sorted agent
+    xs = x_ref[agent]
+    ys = y_ref[agent]
+    gs = real & (g_ref[agent] != 0)
+    gi = gs.astype(jnp.int32)
+    before = jnp.cumsum(gi) - gi  # in-game agents before sorted position p
+    num_in = jnp.sum(gi)
+    cpos = jnp.where(gs, before, num_in + p - before)
+
+    # Masked lanes (p >= MP) keep their own index past the end: interpret mode's masked
+    # scatter writes back what it read at every index, so none may share a real one.
+    def put(ref, val, at=None):
+        idx = p if at is None else jnp.where(inside, at, p)
+        pl_triton.store(ref.at[idx], val, mask=inside)
+
+    put(xq_ref, xs)
+    put(yq_ref, ys)
+    put(qc_ref, jnp.where(gs, cpos, -1))
+    put(pq_ref, jnp.where(real, agent, m))
+    own = jnp.minimum(p, m - 1)
+    put(xo_ref, jnp.where(real, x_ref[own], jnp.float32(0.0)))
+    put(yo_ref, jnp.where(real, y_ref[own], jnp.float32(0.0)))
+    dst = jnp.where(real, cpos, p)  # a permutation of 0 .. MP-1
+    put(xc_ref, jnp.where(gs, xs, _INF), dst)
+    put(yc_ref, jnp.where(gs, ys, _INF), dst)
+    put(oc_ref, jnp.where(real, agent, m), dst)
+    # Block starts: in-game agents before each block of BM sorted positions.
+    nb, nbp = mp // bm, p2 // bm
+    counts = jnp.sum(gi.reshape(nbp, bm), axis=1)  # [NBP]
+    ends = jnp.cumsum(counts)  # cb[b + 1]
+    b = lax.broadcasted_iota(jnp.int32, (nbp,), 0)
+    pl_triton.store(cb_ref.at[b + 1], ends, mask=b < nb)
+    pl_triton.store(cb_ref.at[b], jnp.zeros((nbp,), jnp.int32), mask=b == 0)
+    # Chunk boxes, from the candidates as written (+inf / -inf when a chunk is empty).
+    if not interpret:
+        pl_triton.debug_barrier()  # the scatters above, visible to every lane
+    nc, ncp = mp // bc, p2 // bc
+    c = lax.broadcasted_iota(jnp.int32, (ncp,), 0)
+    for src, lo_ref, hi_ref in ((xc_ref, bx0_ref, bx1_ref), (yc_ref, by0_ref, by1_ref)):
+        v = pl_triton.load(src.at[jnp.minimum(p, mp - 1)], mask=inside, other=_INF)
+        v = v.reshape(ncp, bc)
+        lo = jnp.min(v, axis=1)
+        hi = jnp.max(jnp.where(v < _INF, v, -_INF), axis=1)
+        pl_triton.store(lo_ref.at[c], lo, mask=c < nc)
+        pl_triton.store(hi_ref.at[c], hi, mask=c < nc)
+
+
+def _prep_pallas(x, y, in_game, perm, bm: int, bc: int, interpret: bool):
+    """`sorted_inputs`' kernel inputs from the curve order ``perm [N, M]`` by
+    `_prep_kernel`, plus ``pq, xo, yo [N, MP]`` (the search's last three inputs)."""
+    n, m = x.shape
+    mp = _round_up(m, max(bm, bc))
+    nb, nc = mp // bm, mp // bc
+    row = lambda length: pl.BlockSpec((None, length), lambda e: (e, 0))
+    f32 = lambda length: jax.ShapeDtypeStruct((n, length), jnp.float32)
+    i32 = lambda length: jax.ShapeDtypeStruct((n, length), jnp.int32)
+    shapes = (
+        i32(nb + 1), f32(mp), f32(mp), i32(mp), f32(mp), f32(mp), i32(mp),
+        f32(nc), f32(nc), f32(nc), f32(nc), i32(mp), f32(mp), f32(mp),
+    )  # fmt: skip
+    p2 = _next_pow2(mp)
+    outs = pl.pallas_call(
+        functools.partial(_prep_kernel, m=m, mp=mp, bm=bm, bc=bc, interpret=interpret),
+        out_shape=shapes,
+        grid=(n,),
+        in_specs=[row(m)] * 4,
+        out_specs=tuple(row(sh.shape[1]) for sh in shapes),
+        compiler_params=pl_triton.CompilerParams(num_warps=max(1, min(8, p2 // 256))),
+        interpret=interpret,
+        name="tag_nearest_k_prep",
+    )(perm, x, y, in_game.astype(jnp.int32))
+    return outs[:11], outs[11:]
+
+
 def _sorted_knn_call(
     x, y, in_game, k, *, bm, bc, u, tie_check, num_warps, num_stages, interpret, stats,
     order, packed_keys=None,
@@ -1242,7 +1347,17 @@ def _sorted_knn_call(
     n, m = x.shape
     mp = _round_up(m, max(bm, bc))
     nb, nc = mp // bm, mp // bc
-    perm, inputs = sorted_inputs(x, y, in_game, bm, bc)
+    if PREP_IMPL not in PREP_IMPLS:
+        raise ValueError(f"kernels.PREP_IMPL must be one of {PREP_IMPLS}, got {PREP_IMPL!r}")
+    if PREP_IMPL == "pallas" and _next_pow2(mp) <= PREP_MAX_AGENTS:
+        inputs, extra = _prep_pallas(x, y, in_game, spatial_order(x, y), bm, bc, interpret)
+    else:
+        perm, inputs = sorted_inputs(x, y, in_game, bm, bc)
+        extra = (
+            jnp.pad(perm, ((0, 0), (0, mp - m)), constant_values=m),
+            jnp.pad(x, ((0, 0), (0, mp - m))),
+            jnp.pad(y, ((0, 0), (0, mp - m))),
+        )
     kernel = functools.partial(
         _sorted_knn_kernel,
         k=k,
@@ -1288,12 +1403,7 @@ def _sorted_knn_call(
         ),
         interpret=interpret,
         name="tag_nearest_k_sorted",
-    )(
-        *inputs,
-        jnp.pad(perm, ((0, 0), (0, mp - m)), constant_values=m),
-        jnp.pad(x, ((0, 0), (0, mp - m))),
-        jnp.pad(y, ((0, 0), (0, mp - m))),
-    )
+    )(*inputs, *extra)
     out = outs[0].reshape(n, m, k)  # agent order
     if stats:
         visits = jnp.sum(outs[1][:, ::bm], axis=1).astype(jnp.float32)  # [N]

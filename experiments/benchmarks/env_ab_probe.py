@@ -6,19 +6,18 @@ scan of ``--num_steps`` vmapped steps with random actions, auto-reset, compile e
 median of ``--repeats`` calls; both flags are `experiments.benchmarks.run`'s) for each
 config (``--configs``, envs x taggers+runners, WarpDrive's Tag settings, partial
 observation of ``--k`` neighbours, the Pallas searches) and each variant
-``knn_obs_impl[/setting=value...]``: the env's observation writer (`knn_obs.IMPLS`)
-and module defaults read when the env is traced (`SETTINGS`: ``chunk`` =
+``knn_obs_impl[/setting=value...]``: the env's observation writer (`knn_obs.IMPLS`) and
+module defaults read when the env is traced (`SETTINGS`: ``chunk`` =
 `kernels.CHUNK_SIZE`, ``unroll`` = `kernels.BRUTE_UNROLL`, ``sunroll`` =
 `kernels.SORTED_UNROLL`, ``network`` = `kernels.PACKED_NETWORK`, ``sort`` =
 `kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``wwarps`` =
-`knn_obs.DEFAULT_WARPS`, ``opaque`` = `knn_obs.OPAQUE_STORE`, ``sblock`` =
-`kernels.SORTED_BLOCK_ROWS`, ``prepick`` = `kernels.SORTED_PREPICK`, ``lanetest`` =
-`kernels.SORTED_LANE_TEST`, ``order`` =
+`knn_obs.DEFAULT_WARPS`, ``opaque`` = `knn_obs.OPAQUE_STORE`, ``prep`` =
+`kernels.PREP_IMPL`, ``sblock`` = `kernels.SORTED_BLOCK_ROWS`, ``prepick`` =
+`kernels.SORTED_PREPICK`, ``lanetest`` = `kernels.SORTED_LANE_TEST`, ``order`` =
 `kernels.CHUNK_ORDER`, ``elements`` = `vector_step.DEFAULT_ELEMENTS`, ``warps`` =
 `vector_step.DEFAULT_WARPS`, ``table`` = `vector_step.TABLE_STORE`, ``draws`` =
 `env.RESET_DRAWS_IN_KERNEL` and ``skip`` = `kernels.PACKED_SKIP_DISTINCT` as 1 or 0),
-restored
-afterwards, the env's ``step`` (``step_impl``) and the harness's ``fold``
+restored afterwards, the env's ``step`` (``step_impl``) and the harness's ``fold``
 (`time_env_steps`'s, 1 or 0). The variants run in turn ``--rounds`` times, so drift over
 time shows as the spread of one variant's rounds, not as a difference between variants.
 Before timing, each variant's observations after ``--check_steps`` random steps are
@@ -60,6 +59,7 @@ SETTINGS = {
     "block": (knn_obs, "DEFAULT_BLOCK", "pow2"),  # observation writer: elements per program
     "wwarps": (knn_obs, "DEFAULT_WARPS", "pow2"),  # observation writer: Triton warps
     "opaque": (knn_obs, "OPAQUE_STORE", "bool"),  # observation writer: unvectorised store
+    "prep": (kernels, "PREP_IMPL", kernels.PREP_IMPLS),  # sorted search's preparation
     "sblock": (kernels, "SORTED_BLOCK_ROWS", "pow2"),  # sorted search: query rows per program
     "prepick": (kernels, "SORTED_PREPICK", "bool"),  # sorted search: next pick before visit
     "lanetest": (kernels, "SORTED_LANE_TEST", "bool"),  # sorted search: per-lane chunk test

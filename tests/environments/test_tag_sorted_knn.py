@@ -276,3 +276,42 @@ def test_visit_loop_options_match_reference(
     for e, kind in enumerate(kinds):
         what = f"prepick={prepick} lane_test={lane_test} {kind} (env {e})"
         assert_same(idx[e], valid[e], ref_idx[e], ref_valid[e], what)
+
+
+@pytest.mark.parametrize(
+    "m,bm,bc", [(7, 4, 2), (40, 32, 8), (130, 32, 16), (300, 16, 32), (1000, 32, 8)]
+)
+def test_pallas_preparation_equals_xla(m, bm, bc):
+    """`kernels._prep_pallas` (one program per env: gathers, a cumsum, scatters, boxes
+    read back) gives `sorted_inputs`' arrays exactly, on every state kind (none in the
+    game, all of them, ties), ``M`` below and not a multiple of the blocks."""
+    kinds = KINDS if m < 600 else KINDS[:4]
+    x, y, g = make_states(m, kinds, seed=m + bm)
+    perm, ref = kernels.sorted_inputs(x, y, g, bm, bc)
+    got, (pq, xo, yo) = jax.jit(
+        functools.partial(kernels._prep_pallas, bm=bm, bc=bc, interpret=True)
+    )(x, y, g, perm)
+    names = ("cb", "xq", "yq", "qc", "xc", "yc", "oc", "bx0", "bx1", "by0", "by1")
+    for name, a, b in zip(names, ref, got, strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype, (name, a.shape, b.shape)
+        np.testing.assert_array_equal(np.asarray(b), np.asarray(a), err_msg=f"{name} m={m}")
+    mp = ref[1].shape[1]
+    pad = ((0, 0), (0, mp - m))
+    np.testing.assert_array_equal(np.asarray(pq), np.asarray(np.pad(perm, pad, constant_values=m)))
+    np.testing.assert_array_equal(np.asarray(xo), np.pad(np.asarray(x), pad))
+    np.testing.assert_array_equal(np.asarray(yo), np.pad(np.asarray(y), pad))
+
+
+def test_search_with_either_preparation_matches_reference(monkeypatch):
+    m, k = 130, 10
+    x, y, g = make_states(m, KINDS[:6], seed=5)
+    ref_idx, ref_valid = _reference(k)(x, y, g)
+    for impl in kernels.PREP_IMPLS:
+        monkeypatch.setattr(kernels, "PREP_IMPL", impl)
+        idx, valid = jax.jit(
+            functools.partial(kernels.nearest_k_sorted_batched, k=k, interpret=True)
+        )(x, y, g)
+        assert_same(idx, valid, ref_idx, ref_valid, f"prep {impl}")
+    monkeypatch.setattr(kernels, "PREP_IMPL", "cuda")
+    with pytest.raises(ValueError, match="PREP_IMPL must be one of"):
+        kernels.nearest_k_sorted_batched(x, y, g, k)

@@ -30,6 +30,11 @@ def _lowered_triton_calls(fn, *args) -> int:
     return text.count("__gpu$xla.gpu.triton")
 
 
+#: Triton calls of one sorted search: the preparation kernel (`kernels.PREP_IMPL`) and
+#: the search.
+SORTED_CALLS = 2
+
+
 def _positions(seed: int = 0) -> tuple[jax.Array, jax.Array, jax.Array]:
     k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
     x = jax.random.uniform(k1, (N, M)) * 10
@@ -42,7 +47,7 @@ def _positions(seed: int = 0) -> tuple[jax.Array, jax.Array, jax.Array]:
 def test_nearest_k_lowers_to_triton(method: str) -> None:
     x, y, g = _positions()
     fn = lambda x, y, g: kernels.nearest_k_batched(x, y, g, K, method=method, interpret=False)
-    assert _lowered_triton_calls(fn, x, y, g) == 1
+    assert _lowered_triton_calls(fn, x, y, g) == (SORTED_CALLS if method == "sorted" else 1)
 
 
 @pytest.mark.parametrize("order", ["curve", "best", "keyed"])
@@ -51,7 +56,7 @@ def test_sorted_chunk_orders_lower_to_triton(order: str) -> None:
     fn = lambda x, y, g: kernels.nearest_k_sorted_batched(
         x, y, g, K, chunk_order=order, interpret=False
     )
-    assert _lowered_triton_calls(fn, x, y, g) == 1
+    assert _lowered_triton_calls(fn, x, y, g) == SORTED_CALLS
 
 
 def test_nearest_tagger_lowers_to_triton() -> None:
@@ -170,6 +175,13 @@ def test_lowering_check_sees_interpret_mode() -> None:
 def test_sorted_visit_loop_options_lower_to_triton(monkeypatch, prepick, lane_test) -> None:
     monkeypatch.setattr(kernels, "SORTED_PREPICK", prepick)
     monkeypatch.setattr(kernels, "SORTED_LANE_TEST", lane_test)
+    x, y, g = _positions()
+    fn = lambda x, y, g: kernels.nearest_k_sorted_batched(x, y, g, K, interpret=False)
+    assert _lowered_triton_calls(fn, x, y, g) == SORTED_CALLS
+
+
+def test_sorted_search_with_xla_preparation_lowers_to_triton(monkeypatch) -> None:
+    monkeypatch.setattr(kernels, "PREP_IMPL", "xla")
     x, y, g = _positions()
     fn = lambda x, y, g: kernels.nearest_k_sorted_batched(x, y, g, K, interpret=False)
     assert _lowered_triton_calls(fn, x, y, g) == 1
