@@ -110,6 +110,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pl_triton
 
+from environments.tag_continuous.full_obs import _div_rn
+
 __all__ = [
     "BRUTE_UNROLL",
     "CHUNK_ORDER",
@@ -123,6 +125,9 @@ __all__ = [
     "PREP_IMPL",
     "PREP_IMPLS",
     "PREP_MAX_AGENTS",
+    "PREP_SORT",
+    "PREP_SORTS",
+    "PREP_SORT_BITS",
     "SORTED_BLOCK_ROWS",
     "SORTED_LANE_TEST",
     "SORTED_MIN_AGENTS",
@@ -1246,25 +1251,107 @@ PREP_IMPL = "pallas"
 PREP_MAX_AGENTS = 4096
 
 
-def _prep_kernel(
-    perm_ref, x_ref, y_ref, g_ref, cb_ref, xq_ref, yq_ref, qc_ref, xc_ref, yc_ref, oc_ref,
-    bx0_ref, bx1_ref, by0_ref, by1_ref, pq_ref, xo_ref, yo_ref, *, m, mp, bm, bc, interpret,
-):  # fmt: skip
+#: Where the Pallas preparation's curve order comes from: ``"xla"`` (`spatial_order`'s
+#: sort) or ``"kernel"`` (`_radix_order` inside the preparation kernel: the same packed
+#: keys, sorted by one-bit stable partitions).
+PREP_SORTS = ("xla", "kernel")
+PREP_SORT = "kernel"
+#: Bits per axis of the in-kernel sort's Hilbert cells (``None``: `spatial_order`'s, so
+#: the same order; fewer bits, fewer partition passes and a coarser order).
+PREP_SORT_BITS = None
+
+
+def _sort_bits(m: int) -> tuple[int, int]:
+    """``(id bits, Hilbert bits per axis)`` of the packed sort keys for ``M`` agents."""
+    id_bits = max(1, (m - 1).bit_length())
+    bits = min(_HILBERT_BITS, (31 - id_bits) // 2)
+    if PREP_SORT_BITS is not None:
+        bits = max(1, min(bits, int(PREP_SORT_BITS)))
+    return id_bits, bits
+
+
+def _radix_order(x_ref, y_ref, bufs, *, m, p2, interpret):
+    """In a preparation program: the curve order of its env's ``M`` agents, left in
+    ``bufs[-1]`` (``[P]`` int32 packed keys, agent id in the low bits) and returned as
+    the ``[P]`` lane values.
+
+    The keys are `spatial_order`'s packed ones (Hilbert index of the quantised position
+    over the env's bounding square, then the agent id); an LSD radix sort of their key
+    bits, one bit per pass (a cumsum gives each lane its place in the stable partition,
+    a scatter into the next buffer and a barrier, then every lane reads its new value),
+    leaves them sorted by ``(Hilbert index, id)``. Lanes past ``M`` carry the largest key,
+    so they stay last.
+    """
+    id_bits, bits = _sort_bits(m)
+    p = lax.broadcasted_iota(jnp.int32, (p2,), 0)
+    real = p < m
+    own = jnp.minimum(p, m - 1)
+    x, y = x_ref[own], y_ref[own]
+    x0 = jnp.min(jnp.where(real, x, _INF))
+    y0 = jnp.min(jnp.where(real, y, _INF))
+    wx = jnp.max(jnp.where(real, x, -_INF)) - x0
+    wy = jnp.max(jnp.where(real, y, -_INF)) - y0
+    ext = jnp.maximum(jnp.maximum(wx, wy), jnp.float32(1e-30))  # square cells
+    n_cells = 1 << bits
+    if interpret:
+        scale = jnp.float32(n_cells - 1) / ext
+    else:  # IEEE division, as XLA's
+        scale = _div_rn(jnp.full((1,), n_cells - 1, jnp.float32), jnp.reshape(ext, (1,)))[0]
+
+    def quantise(v, lo):
+        q = jnp.floor((v - lo) * scale)
+        return jnp.clip(q, 0, n_cells - 1).astype(jnp.int32)
+
+    key = _hilbert_index(quantise(x, x0), quantise(y, y0), bits)
+    top = ((1 << (2 * bits)) - 1) << id_bits | ((1 << id_bits) - 1)
+    packed = jnp.where(real, (key << id_bits) | p, top)
+    for t, d in enumerate(range(id_bits, id_bits + 2 * bits)):
+        one = (packed >> d) & 1
+        zero = 1 - one
+        before = jnp.cumsum(zero) - zero  # zeros before lane p
+        pos = jnp.where(one == 0, before, jnp.sum(zero) + p - before)
+        buf = bufs[t % 2]
+        pl_triton.store(buf.at[pos], packed)
+        if not interpret:
+            pl_triton.debug_barrier()
+        packed = buf[p]
+    return packed, bufs[(2 * bits - 1) % 2]
+
+
+def _prep_kernel(*refs, m, mp, bm, bc, interpret, sort_in_kernel):  # fmt: skip
     """One env's `sorted_inputs` (the same values) and the kernel's ``pq, xo, yo``.
 
-    ``perm [M]`` int32 (the curve order), ``x, y [M]`` float32, ``g [M]`` int32 (in the
-    game: 1). Writes ``cb [NB+1]``, ``xq, yq, qc, xc, yc, oc, pq, xo, yo [MP]`` and the
-    chunk boxes ``[NC]`` (see `_sorted_knn_kernel`). Works on ``P = next_pow2(MP)``
-    lanes: sorted position ``p`` gathers its agent, an inclusive cumsum of the in-game
-    flags gives each in-game agent's candidate position (the stable partition), the
-    candidates are scattered there, and after a barrier the program reads them back in
-    chunks of ``BC`` for the boxes.
+    ``perm [M]`` int32 (the curve order; absent with ``sort_in_kernel``, which computes
+    it with `_radix_order` in two extra ``[P]`` int32 outputs), ``x, y [M]`` float32,
+    ``g [M]`` int32 (in the game: 1). Writes ``cb [NB+1]``, ``xq, yq, qc, xc, yc, oc, pq,
+    xo, yo [MP]`` and the chunk boxes ``[NC]`` (see `_sorted_knn_kernel`). Works on ``P
+    = next_pow2(MP)`` lanes: sorted position ``p`` gathers its agent, an inclusive
+    cumsum of the in-game flags gives each in-game agent's candidate position (the
+    stable partition), the candidates are scattered there, and after a barrier the
+    program reads them back in chunks of ``BC`` for the boxes.
     """
     p2 = _next_pow2(mp)
+    if sort_in_kernel:
+        x_ref, y_ref, g_ref, *outs = refs
+        bufs = outs[-2:]
+        _, last = _radix_order(x_ref, y_ref, bufs, m=m, p2=p2, interpret=interpret)
+        id_mask = (1 << _sort_bits(m)[0]) - 1
+
+        def perm_at(i):
+            return last[i] & id_mask
+
+    else:
+        perm_ref, x_ref, y_ref, g_ref, *outs = refs
+
+        def perm_at(i):
+            return perm_ref[i]
+
+    (cb_ref, xq_ref, yq_ref, qc_ref, xc_ref, yc_ref, oc_ref, bx0_ref, bx1_ref, by0_ref,
+     by1_ref, pq_ref, xo_ref, yo_ref) = outs[:14]  # fmt: skip
     p = lax.broadcasted_iota(jnp.int32, (p2,), 0)
     inside = p < mp
     real = p < m
-    agent = perm_ref[jnp.minimum(p, m - 1)]  # padding repeats the last sorted agent
+    agent = perm_at(jnp.minimum(p, m - 1))  # padding repeats the last sorted agent
     xs = x_ref[agent]
     ys = y_ref[agent]
     gs = real & (g_ref[agent] != 0)
@@ -1312,8 +1399,9 @@ def _prep_kernel(
 
 
 def _prep_pallas(x, y, in_game, perm, bm: int, bc: int, interpret: bool):
-    """`sorted_inputs`' kernel inputs from the curve order ``perm [N, M]`` by
-    `_prep_kernel`, plus ``pq, xo, yo [N, MP]`` (the search's last three inputs)."""
+    """`sorted_inputs`' kernel inputs from the curve order ``perm [N, M]`` (``None``:
+    sorted in the kernel, `_radix_order`) by `_prep_kernel`, plus ``pq, xo, yo [N, MP]``
+    (the search's last three inputs)."""
     n, m = x.shape
     mp = _round_up(m, max(bm, bc))
     nb, nc = mp // bm, mp // bc
@@ -1325,17 +1413,24 @@ def _prep_pallas(x, y, in_game, perm, bm: int, bc: int, interpret: bool):
         f32(nc), f32(nc), f32(nc), f32(nc), i32(mp), f32(mp), f32(mp),
     )  # fmt: skip
     p2 = _next_pow2(mp)
+    sort = perm is None
+    if sort:
+        shapes = (*shapes, i32(p2), i32(p2))  # the in-kernel sort's two buffers
+    inputs = ([] if sort else [perm]) + [x, y, in_game.astype(jnp.int32)]
+    kernel = functools.partial(
+        _prep_kernel, m=m, mp=mp, bm=bm, bc=bc, interpret=interpret, sort_in_kernel=sort
+    )
     outs = pl.pallas_call(
-        functools.partial(_prep_kernel, m=m, mp=mp, bm=bm, bc=bc, interpret=interpret),
+        kernel,
         out_shape=shapes,
         grid=(n,),
-        in_specs=[row(m)] * 4,
+        in_specs=[row(m)] * len(inputs),
         out_specs=tuple(row(sh.shape[1]) for sh in shapes),
         compiler_params=pl_triton.CompilerParams(num_warps=max(1, min(8, p2 // 256))),
         interpret=interpret,
         name="tag_nearest_k_prep",
-    )(perm, x, y, in_game.astype(jnp.int32))
-    return outs[:11], outs[11:]
+    )(*inputs)
+    return outs[:11], outs[11:14]
 
 
 def _sorted_knn_call(
@@ -1350,7 +1445,10 @@ def _sorted_knn_call(
     if PREP_IMPL not in PREP_IMPLS:
         raise ValueError(f"kernels.PREP_IMPL must be one of {PREP_IMPLS}, got {PREP_IMPL!r}")
     if PREP_IMPL == "pallas" and _next_pow2(mp) <= PREP_MAX_AGENTS:
-        inputs, extra = _prep_pallas(x, y, in_game, spatial_order(x, y), bm, bc, interpret)
+        if PREP_SORT not in PREP_SORTS:
+            raise ValueError(f"kernels.PREP_SORT must be one of {PREP_SORTS}, got {PREP_SORT!r}")
+        perm = None if PREP_SORT == "kernel" else spatial_order(x, y)
+        inputs, extra = _prep_pallas(x, y, in_game, perm, bm, bc, interpret)
     else:
         perm, inputs = sorted_inputs(x, y, in_game, bm, bc)
         extra = (

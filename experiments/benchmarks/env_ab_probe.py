@@ -12,7 +12,8 @@ module defaults read when the env is traced (`SETTINGS`: ``chunk`` =
 `kernels.SORTED_UNROLL`, ``network`` = `kernels.PACKED_NETWORK`, ``sort`` =
 `kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``wwarps`` =
 `knn_obs.DEFAULT_WARPS`, ``opaque`` = `knn_obs.OPAQUE_STORE`, ``prep`` =
-`kernels.PREP_IMPL`, ``sblock`` = `kernels.SORTED_BLOCK_ROWS`, ``prepick`` =
+`kernels.PREP_IMPL`, ``psort`` = `kernels.PREP_SORT`, ``psbits`` =
+`kernels.PREP_SORT_BITS`, ``sblock`` = `kernels.SORTED_BLOCK_ROWS`, ``prepick`` =
 `kernels.SORTED_PREPICK`, ``lanetest`` = `kernels.SORTED_LANE_TEST`, ``order`` =
 `kernels.CHUNK_ORDER`, ``elements`` = `vector_step.DEFAULT_ELEMENTS`, ``warps`` =
 `vector_step.DEFAULT_WARPS`, ``table`` = `vector_step.TABLE_STORE`, ``draws`` =
@@ -49,7 +50,8 @@ FLAGS = flags.FLAGS
 
 
 #: Settings a variant may change: ``name -> (module, attribute, kind)``; each is a module
-#: default read when the env is traced (kind "pow2": a power of two >= 1; "bool": 1 or 0).
+#: default read when the env is traced (kind "pow2": a power of two >= 1; "int": an integer
+#: >= 1; "bool": 1 or 0).
 SETTINGS = {
     "chunk": (kernels, "CHUNK_SIZE", "pow2"),  # sorted search: candidates per chunk
     "unroll": (kernels, "BRUTE_UNROLL", "pow2"),  # brute-force search: unroll
@@ -60,6 +62,8 @@ SETTINGS = {
     "wwarps": (knn_obs, "DEFAULT_WARPS", "pow2"),  # observation writer: Triton warps
     "opaque": (knn_obs, "OPAQUE_STORE", "bool"),  # observation writer: unvectorised store
     "prep": (kernels, "PREP_IMPL", kernels.PREP_IMPLS),  # sorted search's preparation
+    "psort": (kernels, "PREP_SORT", kernels.PREP_SORTS),  # its curve order: xla / kernel
+    "psbits": (kernels, "PREP_SORT_BITS", "int"),  # in-kernel sort: Hilbert bits per axis
     "sblock": (kernels, "SORTED_BLOCK_ROWS", "pow2"),  # sorted search: query rows per program
     "prepick": (kernels, "SORTED_PREPICK", "bool"),  # sorted search: next pick before visit
     "lanetest": (kernels, "SORTED_LANE_TEST", "bool"),  # sorted search: per-lane chunk test
@@ -111,6 +115,10 @@ def parse_variant(text: str) -> Variant:
             if value not in ("1", "0"):
                 raise ValueError(f"{name} must be 1 or 0, got {value!r} in {text!r}")
             settings.append((name, value == "1"))
+        elif kind == "int":
+            if not re.fullmatch(r"\d+", value) or int(value) < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r} in {text!r}")
+            settings.append((name, int(value)))
         elif kind == "pow2":
             if not re.fullmatch(r"\d+", value) or int(value) < 1 or int(value) & (int(value) - 1):
                 raise ValueError(f"{name} must be a power of two >= 1, got {value!r} in {text!r}")

@@ -281,16 +281,19 @@ def test_visit_loop_options_match_reference(
 @pytest.mark.parametrize(
     "m,bm,bc", [(7, 4, 2), (40, 32, 8), (130, 32, 16), (300, 16, 32), (1000, 32, 8)]
 )
-def test_pallas_preparation_equals_xla(m, bm, bc):
+@pytest.mark.parametrize("sort", ["xla", "kernel"])
+def test_pallas_preparation_equals_xla(m, bm, bc, sort):
     """`kernels._prep_pallas` (one program per env: gathers, a cumsum, scatters, boxes
-    read back) gives `sorted_inputs`' arrays exactly, on every state kind (none in the
-    game, all of them, ties), ``M`` below and not a multiple of the blocks."""
+    read back), given the curve order or sorting it itself (`kernels._radix_order`: the
+    same keys, one-bit stable partitions), gives `sorted_inputs`' arrays exactly, on every
+    state kind (none in the game, all of them, ties of keys, one point), ``M`` below and
+    not a multiple of the blocks."""
     kinds = KINDS if m < 600 else KINDS[:4]
     x, y, g = make_states(m, kinds, seed=m + bm)
     perm, ref = kernels.sorted_inputs(x, y, g, bm, bc)
-    got, (pq, xo, yo) = jax.jit(
-        functools.partial(kernels._prep_pallas, bm=bm, bc=bc, interpret=True)
-    )(x, y, g, perm)
+    prep = functools.partial(kernels._prep_pallas, bm=bm, bc=bc, interpret=True)
+    given = perm if sort == "xla" else None
+    got, (pq, xo, yo) = jax.jit(lambda x, y, g: prep(x, y, g, given))(x, y, g)
     names = ("cb", "xq", "yq", "qc", "xc", "yc", "oc", "bx0", "bx1", "by0", "by1")
     for name, a, b in zip(names, ref, got, strict=True):
         assert a.shape == b.shape and a.dtype == b.dtype, (name, a.shape, b.shape)
@@ -306,12 +309,22 @@ def test_search_with_either_preparation_matches_reference(monkeypatch):
     m, k = 130, 10
     x, y, g = make_states(m, KINDS[:6], seed=5)
     ref_idx, ref_valid = _reference(k)(x, y, g)
-    for impl in kernels.PREP_IMPLS:
+    for impl, sort, bits in [
+        ("xla", "xla", None),
+        ("pallas", "xla", None),
+        ("pallas", "kernel", 3),
+    ]:
         monkeypatch.setattr(kernels, "PREP_IMPL", impl)
+        monkeypatch.setattr(kernels, "PREP_SORT", sort)
+        monkeypatch.setattr(kernels, "PREP_SORT_BITS", bits)  # a coarser order: same lists
         idx, valid = jax.jit(
             functools.partial(kernels.nearest_k_sorted_batched, k=k, interpret=True)
         )(x, y, g)
-        assert_same(idx, valid, ref_idx, ref_valid, f"prep {impl}")
+        assert_same(idx, valid, ref_idx, ref_valid, f"prep {impl}, sort {sort}, bits {bits}")
+    monkeypatch.setattr(kernels, "PREP_SORT", "bitonic")
+    with pytest.raises(ValueError, match="PREP_SORT must be one of"):
+        kernels.nearest_k_sorted_batched(x, y, g, k)
+    monkeypatch.setattr(kernels, "PREP_SORT", "kernel")
     monkeypatch.setattr(kernels, "PREP_IMPL", "cuda")
     with pytest.raises(ValueError, match="PREP_IMPL must be one of"):
         kernels.nearest_k_sorted_batched(x, y, g, k)

@@ -180,6 +180,13 @@ def test_sorted_visit_loop_options_lower_to_triton(monkeypatch, prepick, lane_te
     assert _lowered_triton_calls(fn, x, y, g) == SORTED_CALLS
 
 
+def test_sorted_search_with_xla_sort_lowers_to_triton(monkeypatch) -> None:
+    monkeypatch.setattr(kernels, "PREP_SORT", "xla")
+    x, y, g = _positions()
+    fn = lambda x, y, g: kernels.nearest_k_sorted_batched(x, y, g, K, interpret=False)
+    assert _lowered_triton_calls(fn, x, y, g) == SORTED_CALLS
+
+
 def test_sorted_search_with_xla_preparation_lowers_to_triton(monkeypatch) -> None:
     monkeypatch.setattr(kernels, "PREP_IMPL", "xla")
     x, y, g = _positions()
