@@ -83,6 +83,19 @@ a better merge: that is `nearest_k_sorted_batched` (agents sorted along a Hilber
 curve, candidates in chunks with bounding boxes, chunks skipped when no lane of the
 block can gain from them; its docstring has the details and the exactness argument).
 
+The sorted search's preparation (the curve order, the queries, the candidates in the
+same order with agents out of the game partitioned to the end, the chunk boxes) is one
+Pallas program per env (`PREP_IMPL = "pallas"`, `_prep_kernel`) rather than a sort and
+about ten XLA kernels (`sorted_inputs`, the reference it equals): the program computes
+the packed Hilbert keys, sorts them itself by an LSD radix sort of one-bit stable
+partitions (`_radix_order`: a cumsum, a scatter and a barrier per key bit), partitions
+the candidates with another cumsum, and reads them back for the boxes. The order uses a
+5-bit-per-axis Hilbert grid (`PREP_SORT_BITS`; ``None`` gives `spatial_order`'s
+order): 10 passes, and on this grid (about one agent per cell at ``M = 1000``) the
+pruning is unchanged. H200, 2000 × (5+995), ``k = 10``, env step: 1.260 ms (XLA
+preparation) → 1.140 (Pallas, XLA's sort) → 1.100 (sorted in the kernel, 10 bits) →
+1.060 ms (5 bits).
+
 `nearest_tagger` has the same layout with a running ``(d, j)`` minimum (strict ``<``,
 so the lower tagger index wins ties) over taggers streamed ``U`` at a time. It is
 ``O(R·T)`` and memory/launch-bound: measured 0.025 ms (1000 x (10 + 100)) and 0.045 ms
@@ -1257,8 +1270,9 @@ PREP_MAX_AGENTS = 4096
 PREP_SORTS = ("xla", "kernel")
 PREP_SORT = "kernel"
 #: Bits per axis of the in-kernel sort's Hilbert cells (``None``: `spatial_order`'s, so
-#: the same order; fewer bits, fewer partition passes and a coarser order).
-PREP_SORT_BITS = None
+#: the same order; fewer bits, fewer partition passes and a coarser order). H200,
+#: 2000 × (5+995): 10 bits (20 passes) 1.0997, 5 bits 1.0599 ms per step (run 35).
+PREP_SORT_BITS = 5
 
 
 def _sort_bits(m: int) -> tuple[int, int]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -282,12 +283,13 @@ def test_visit_loop_options_match_reference(
     "m,bm,bc", [(7, 4, 2), (40, 32, 8), (130, 32, 16), (300, 16, 32), (1000, 32, 8)]
 )
 @pytest.mark.parametrize("sort", ["xla", "kernel"])
-def test_pallas_preparation_equals_xla(m, bm, bc, sort):
+def test_pallas_preparation_equals_xla(monkeypatch, m, bm, bc, sort):
     """`kernels._prep_pallas` (one program per env: gathers, a cumsum, scatters, boxes
     read back), given the curve order or sorting it itself (`kernels._radix_order`: the
     same keys, one-bit stable partitions), gives `sorted_inputs`' arrays exactly, on every
     state kind (none in the game, all of them, ties of keys, one point), ``M`` below and
     not a multiple of the blocks."""
+    monkeypatch.setattr(kernels, "PREP_SORT_BITS", None)  # spatial_order's bits
     kinds = KINDS if m < 600 else KINDS[:4]
     x, y, g = make_states(m, kinds, seed=m + bm)
     perm, ref = kernels.sorted_inputs(x, y, g, bm, bc)
@@ -303,6 +305,27 @@ def test_pallas_preparation_equals_xla(m, bm, bc, sort):
     np.testing.assert_array_equal(np.asarray(pq), np.asarray(np.pad(perm, pad, constant_values=m)))
     np.testing.assert_array_equal(np.asarray(xo), np.pad(np.asarray(x), pad))
     np.testing.assert_array_equal(np.asarray(yo), np.pad(np.asarray(y), pad))
+
+
+@pytest.mark.parametrize("bits", [5, 2])
+def test_in_kernel_sort_with_fewer_bits_is_the_coarser_curve_order(monkeypatch, bits):
+    """With `kernels.PREP_SORT_BITS` below `spatial_order`'s bits the order is the stable
+    argsort of the Hilbert index on a ``2**bits``-cell grid over the env's bounding
+    square (ties, many of them on a coarse grid, by agent id)."""
+    monkeypatch.setattr(kernels, "PREP_SORT_BITS", bits)
+    m, bm, bc = 300, 32, 8
+    x, y, g = make_states(m, KINDS[:4], seed=bits)
+    _, (pq, _, _) = kernels._prep_pallas(x, y, g, None, bm, bc, True)
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    lo_x, lo_y = x.min(1, keepdims=True), y.min(1, keepdims=True)
+    ext = jnp.maximum(
+        jnp.maximum(x.max(1, keepdims=True) - lo_x, y.max(1, keepdims=True) - lo_y), 1e-30
+    )
+    n = 1 << bits
+    q = lambda v, lo: jnp.clip(jnp.floor((v - lo) * ((n - 1) / ext)), 0, n - 1).astype(jnp.int32)
+    key = kernels._hilbert_index(q(x, lo_x), q(y, lo_y), bits)
+    want = np.argsort(np.asarray(key), axis=1, kind="stable")
+    np.testing.assert_array_equal(np.asarray(pq)[:, :m], want)
 
 
 def test_search_with_either_preparation_matches_reference(monkeypatch):
