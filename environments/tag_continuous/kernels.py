@@ -847,15 +847,17 @@ CHUNK_SIZE = 8
 #: 3% slower (2026-11-24 run 26).
 SORTED_UNROLL = 8
 #: The sorted search's default query rows per program ``BM`` (one per lane; Triton warps
-#: ``BM / 32``).
+#: ``BM / 32``). H200, 2000 × (5+995): 64 (two warps, a looser block bound) 17% slower
+#: per env step (2026-11-24 run 30).
 SORTED_BLOCK_ROWS = 32
 #: Chunk orders ``"best"``/``"keyed"``: reduce the unvisited chunks to the next one before
 #: visiting the current one (independent work, issued ahead of the visit's branch)
-#: rather than after it. Same results.
+#: rather than after it. Same results. H200, 2000 × (5+995): no faster (run 30).
 SORTED_PREPICK = False
 #: Chunk orders ``"best"``/``"keyed"``: before visiting a chunk whose box passed the
 #: block's bound, test each lane's point-to-box bound and skip the chunk if no lane can
-#: gain (one more reduction and branch per visit). Same results either way.
+#: gain (one more reduction and branch per visit). Same results either way. H200, 2000 ×
+#: (5+995): without it the env step is 1.3% slower (run 30).
 SORTED_LANE_TEST = True
 
 #: Bits per axis of the quantised positions whose Hilbert index orders the agents.
@@ -1576,7 +1578,9 @@ def nearest_k_sorted_batched(
     conservative. The self pair is masked by candidate position, in the block's own
     chunks only (the only ones holding it).
 
-    Cost: a sort and some gathers in XLA, ``O(M log M)`` per env; in the kernel,
+    Cost: the preparation (sort, partition, boxes: one Pallas program per env up to
+    `PREP_MAX_AGENTS`, `_prep_kernel`, else XLA's sort and gathers), ``O(M log M)`` per
+    env; in the kernel,
     ``O(NC)`` scalar box tests per block (``NC = M / BC``) and ``f·M²`` pairs at about
     ``8 + 5(k+1)`` simple ops (``8 + 8k`` without ``tie_check``), where ``f`` is the
     visited fraction of (block, chunk) pairs. For uniform agents ``f`` is about the area
