@@ -902,6 +902,13 @@ def _hilbert_index(qx: jax.Array, qy: jax.Array, bits: int) -> jax.Array:
     return d
 
 
+def _packed_key_bits(m: int) -> tuple[int, int]:
+    """``(id bits, Hilbert bits per axis)`` of the packed int32 curve keys for ``M``
+    agents: the index in the low bits, at most `_HILBERT_BITS` per axis above it."""
+    id_bits = max(1, (m - 1).bit_length())
+    return id_bits, min(_HILBERT_BITS, (31 - id_bits) // 2)
+
+
 def spatial_order(x: jax.Array, y: jax.Array) -> jax.Array:
     """Per env, a permutation of the agents along a Hilbert curve.
 
@@ -922,8 +929,7 @@ def spatial_order(x: jax.Array, y: jax.Array) -> jax.Array:
     if SORT_KEYS not in SORT_KEY_FORMS:
         raise ValueError(f"kernels.SORT_KEYS must be one of {SORT_KEY_FORMS}, got {SORT_KEYS!r}")
     m = x.shape[1]
-    id_bits = max(1, (m - 1).bit_length())
-    bits = min(_HILBERT_BITS, (31 - id_bits) // 2)
+    id_bits, bits = _packed_key_bits(m)
     packed = SORT_KEYS == "packed" and bits >= _MIN_PACKED_AXIS_BITS
     if not packed:
         bits = _HILBERT_BITS
@@ -1278,18 +1284,17 @@ PREP_SORT_BITS = 5
 
 
 def _sort_bits(m: int) -> tuple[int, int]:
-    """``(id bits, Hilbert bits per axis)`` of the packed sort keys for ``M`` agents."""
-    id_bits = max(1, (m - 1).bit_length())
-    bits = min(_HILBERT_BITS, (31 - id_bits) // 2)
+    """`_packed_key_bits` with the Hilbert bits capped at `PREP_SORT_BITS`."""
+    id_bits, bits = _packed_key_bits(m)
     if PREP_SORT_BITS is not None:
         bits = max(1, min(bits, int(PREP_SORT_BITS)))
     return id_bits, bits
 
 
 def _radix_order(x_ref, y_ref, bufs, *, m, p2, interpret):
-    """In a preparation program: the curve order of its env's ``M`` agents, left in
-    ``bufs[-1]`` (``[P]`` int32 packed keys, agent id in the low bits) and returned as
-    the ``[P]`` lane values.
+    """In a preparation program: the curve order of its env's ``M`` agents, written to
+    ``bufs[1]`` (``[P]`` int32 packed keys, agent id in the low bits; the passes are an
+    even number, alternating ``bufs[0]``, ``bufs[1]``), which it returns.
 
     The keys are `spatial_order`'s packed ones (Hilbert index of the quantised position
     over the env's bounding square, then the agent id); an LSD radix sort of their key
@@ -1331,7 +1336,7 @@ def _radix_order(x_ref, y_ref, bufs, *, m, p2, interpret):
         if not interpret:
             pl_triton.debug_barrier()
         packed = buf[p]
-    return packed, bufs[(2 * bits - 1) % 2]
+    return bufs[1]
 
 
 def _prep_kernel(*refs, m, mp, bm, bc, interpret, sort_in_kernel):  # fmt: skip
@@ -1350,7 +1355,7 @@ def _prep_kernel(*refs, m, mp, bm, bc, interpret, sort_in_kernel):  # fmt: skip
     if sort_in_kernel:
         x_ref, y_ref, g_ref, *outs = refs
         bufs = outs[-2:]
-        _, last = _radix_order(x_ref, y_ref, bufs, m=m, p2=p2, interpret=interpret)
+        last = _radix_order(x_ref, y_ref, bufs, m=m, p2=p2, interpret=interpret)
         id_mask = (1 << _sort_bits(m)[0]) - 1
 
         def perm_at(i):
@@ -1367,7 +1372,8 @@ def _prep_kernel(*refs, m, mp, bm, bc, interpret, sort_in_kernel):  # fmt: skip
     p = lax.broadcasted_iota(jnp.int32, (p2,), 0)
     inside = p < mp
     real = p < m
-    agent = perm_at(jnp.minimum(p, m - 1))  # padding repeats the last sorted agent
+    own = jnp.minimum(p, m - 1)
+    agent = perm_at(own)  # padding repeats the last sorted agent
     xs = x_ref[agent]
     ys = y_ref[agent]
     gs = real & (g_ref[agent] != 0)
@@ -1386,7 +1392,6 @@ def _prep_kernel(*refs, m, mp, bm, bc, interpret, sort_in_kernel):  # fmt: skip
     put(yq_ref, ys)
     put(qc_ref, jnp.where(gs, cpos, -1))
     put(pq_ref, jnp.where(real, agent, m))
-    own = jnp.minimum(p, m - 1)
     put(xo_ref, jnp.where(real, x_ref[own], jnp.float32(0.0)))
     put(yo_ref, jnp.where(real, y_ref[own], jnp.float32(0.0)))
     dst = jnp.where(real, cpos, p)  # a permutation of 0 .. MP-1
