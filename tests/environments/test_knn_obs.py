@@ -352,3 +352,173 @@ def test_writer_store_and_warp_options_keep_the_values(monkeypatch) -> None:
     monkeypatch.setattr(ko, "OPAQUE_STORE", True)
     monkeypatch.setattr(ko, "DEFAULT_WARPS", 8)
     assert_bitwise(call(), ref, "opaque store, 8 warps")
+
+
+# ----------------------------------------------------------------------------- lane order
+#: ``(M, k, rows, block)`` of the lane-order tests: a masked tail (``n·D = 286`` in blocks
+#: of 64), ``k = 1``, odd ``k`` with non-contiguous rows and blocks shorter than a row
+#: (``D = 36``, ``B = 8``: rows spread over programs), a block longer than the output, the
+#: default block (``n·D = 1420``: 2 programs of 1024), one row, no tail (``n·D = 64``).
+LANE_CASES = {
+    "13_k3_B64": (13, 3, range(13), 64),
+    "5_k1_B16": (5, 1, range(5), 16),
+    "9_k5_ids_B8": (9, 5, (7, 3, 8, 0, 2), 8),
+    "7_k4_B128": (7, 4, range(2, 5), 128),
+    "24_k10_default": (24, 10, range(4, 24), None),
+    "6_k3_one_row": (6, 3, (4,), 4),
+    "8_k1_exact_B16": (8, 1, range(8), 16),
+}
+
+
+def _lane_inputs(seed: int, m: int, k: int):
+    """Random ``(feats, lists, idx, valid, scale, in_game, time)``: a third of the agents
+    out of the game, about a quarter of the slots empty (``−1`` in ``lists``;
+    arbitrary ``idx`` under ``valid = False``), duplicated values (zero differences)."""
+    rng = np.random.default_rng(seed)
+    feats = rng.normal(size=(7, m)).astype(np.float32)
+    feats[:, 0] = feats[:, m - 1]
+    in_game = rng.permutation(m) % 3 != 0
+    feats[6] = in_game
+    lists = rng.integers(0, m, (m, k)).astype(np.int32)
+    empty = rng.uniform(size=(m, k)) < 0.25
+    empty[rng.integers(m), rng.integers(k)] = True
+    scale = rng.uniform(0.5, 3.0, 7).astype(np.float32)
+    scale[5:] = 1.0
+    return (
+        jnp.asarray(feats),
+        jnp.asarray(np.where(empty, -1, lists)),
+        jnp.asarray(lists),
+        jnp.asarray(~empty),
+        jnp.asarray(scale),
+        jnp.asarray(in_game),
+        jnp.float32(rng.uniform()),
+    )
+
+
+def _lane_writers(rows, block):
+    """Freshly jitted ``(xla, pallas)`` writers (a new trace reads `knn_obs.LANE_ORDER`)."""
+    kw = {} if block is None else {"block_size": block}
+
+    @functools.partial(jax.jit, static_argnames=("raw",))
+    def xla(feats, idx, valid, scale, g, t, raw=False):
+        return ko.knn_obs_xla(feats, idx, None if raw else valid, rows, scale, g, t)
+
+    @functools.partial(jax.jit, static_argnames=("reciprocal", "raw"))
+    def pallas(feats, idx, valid, scale, g, t, reciprocal=None, raw=False):
+        valid = None if raw else valid
+        return ko.knn_obs_pallas(feats, idx, valid, rows, scale, g, t, reciprocal=reciprocal, **kw)
+
+    return xla, pallas
+
+
+@pytest.mark.parametrize("case", sorted(LANE_CASES))
+def test_slot_lane_order_keeps_the_values(monkeypatch, case: str) -> None:
+    """`knn_obs.LANE_ORDER` ``"slot"`` (lanes slot-major within a row, values scattered
+    to their feature-major places) gives the same bits as the XLA reference and as the
+    default ``"feature"`` order: lists with ``−1`` or ``(idx, valid)``, agents out of the
+    game, every element written (interpret mode starts the output as NaN)."""
+    m, k, rows, block = LANE_CASES[case]
+    feats, lists, idx, valid, scale, g, t = _lane_inputs(len(case) + 100 * m + k, m, k)
+    xla = _lane_writers(rows, block)[0]
+    refs = {
+        raw: np.asarray(xla(feats, lists if raw else idx, valid, scale, g, t, raw=raw))
+        for raw in (True, False)
+    }
+    outs = {}
+    for order in ko.LANE_ORDERS:
+        monkeypatch.setattr(ko, "LANE_ORDER", order)
+        pallas = _lane_writers(rows, block)[1]
+        outs[order] = {
+            (raw, rec): np.asarray(
+                pallas(feats, lists if raw else idx, valid, scale, g, t, reciprocal=rec, raw=raw)
+            )
+            for raw in (True, False)
+            for rec in (None, False)
+        }
+    for (raw, rec), got in outs["slot"].items():
+        what = f"{case} raw={raw} reciprocal={rec}"
+        want = outs["feature"][(raw, rec)]
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), what)
+        if rec is None:  # as the reference compiles (a multiplication by 1/scale on CPU)
+            ref = refs[raw]
+            np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), what)
+    assert refs[True].shape == (len(rows), ko.obs_size(k))
+    assert not np.isnan(refs[True]).any()
+    assert (np.asarray(lists) < 0).any() and not np.asarray(g).all()
+
+
+def test_lane_orders_enumerate_each_element_once() -> None:
+    """`knn_obs._element`: both orders map the lanes ``[0, n·D)`` one-to-one onto the
+    output positions ``r·D + f·k + s``; ``"slot"`` puts a row's slot ``s`` at lanes
+    ``7s … 7s+6`` (features in order) and the time column last, so 32 consecutive lanes
+    read at most 6 neighbours' slots, against 10 or more in ``"feature"`` order
+    (``k = 10``)."""
+    for n, k in ((1, 1), (5, 1), (3, 2), (7, 5), (20, 10)):
+        d = ko.obs_size(k)
+        e = jnp.arange(n * d, dtype=jnp.int32)
+        for order in ko.LANE_ORDERS:
+            r, f, s = (np.asarray(v) for v in ko._element(e, k, order))
+            assert (r == np.arange(n * d) // d).all(), (order, n, k)
+            assert ((f < 7) | (s == 0)).all() and (s < k).all() and (f <= 7).all()
+            dst = r * d + f * k + s
+            assert np.array_equal(np.sort(dst), np.arange(n * d)), (order, n, k)
+            if order == "feature":
+                assert np.array_equal(dst, np.arange(n * d)), (n, k)
+            else:
+                c = np.arange(n * d) % d
+                inner = c < 7 * k
+                assert np.array_equal(s[inner], c[inner] // 7), (n, k)
+                assert np.array_equal(f[inner], c[inner] % 7), (n, k)
+                assert (f[~inner] == 7).all() and (s[~inner] == 0).all()
+            if k == 10:
+                slot = np.where(f < 7, r * k + s, -1)  # the neighbour slot a lane reads
+                windows = range(0, n * d - 31, 32)
+                distinct = [len(set(slot[w : w + 32]) - {-1}) for w in windows]
+                if order == "slot":
+                    assert max(distinct) <= 6, distinct
+                else:
+                    assert min(distinct) >= 10, distinct
+
+
+def test_lane_order_setting_is_validated(monkeypatch) -> None:
+    m, k = 4, 2
+    feats, lists, _, _, scale, g, t = _lane_inputs(0, m, k)
+    monkeypatch.setattr(ko, "LANE_ORDER", "slots")
+    with pytest.raises(ValueError, match=r"LANE_ORDER must be one of .*got 'slots'"):
+        ko.knn_obs_pallas(feats, lists, None, range(m), scale, g, t)
+    assert ko.LANE_ORDERS == ("feature", "slot")
+    assert {"LANE_ORDER", "LANE_ORDERS"} <= set(ko.__all__)
+
+
+def _lowered_triton_calls(fn, *args) -> int:
+    """Lowers ``jax.jit(fn)(*args)`` for CUDA on this machine (no GPU needed, as in
+    `tests.environments.test_triton_lowering`); returns the number of Triton calls."""
+    text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    return text.count("__gpu$xla.gpu.triton")
+
+
+@pytest.mark.parametrize("order", ["feature", "slot"])
+@pytest.mark.parametrize("rows", [range(4, 44), (0, 7, 3)])
+def test_lane_orders_lower_to_triton(monkeypatch, order: str, rows) -> None:
+    """Both lane orders lower to one Triton call (``interpret=False``, under `jax.vmap`
+    as the env batches it), lists with ``−1`` and ``(idx, valid)``; in interpret mode the
+    same code lowers to none (the check is not vacuous)."""
+    monkeypatch.setattr(ko, "LANE_ORDER", order)
+    nenv, m, k = 3, 44, 5
+    feats = jax.random.uniform(jax.random.key(0), (nenv, 7, m))
+    lists = jnp.zeros((nenv, m, k), jnp.int32)
+    valid = jnp.ones((nenv, m, k), bool)
+    g = jnp.ones((nenv, m), bool)
+    scale = jnp.arange(1.0, 8.0)
+
+    def fn(feats, lists, valid, g, *, interpret=False, reciprocal=True):
+        one = lambda f, li, v, gg: ko.knn_obs_pallas(
+            f, li, v, rows, scale, gg, jnp.float32(0.5), reciprocal=reciprocal,
+            interpret=interpret, block_size=128,
+        )  # fmt: skip
+        return jax.vmap(one)(feats, lists, valid, g)
+
+    assert _lowered_triton_calls(fn, feats, lists, None, g) == 1
+    fn_valid = functools.partial(fn, reciprocal=False)
+    assert _lowered_triton_calls(fn_valid, feats, lists, valid, g) == 1
+    assert _lowered_triton_calls(functools.partial(fn, interpret=True), feats, lists, None, g) == 0
