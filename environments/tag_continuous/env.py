@@ -26,7 +26,6 @@ from jaxdrive.types import EnvParams, TimeStep
 __all__ = [
     "RESET_DRAWS_IN_KERNEL",
     "VECTOR_MAX_AGENTS",
-    "VECTOR_TABLE_SORTED",
     "TagContinuous",
     "TagContinuousParams",
     "TagState",
@@ -48,13 +47,6 @@ VECTOR_MAX_AGENTS = 1024
 #: only for programs where an env resets, instead of an XLA kernel drawing ``[N, 3, M]``
 #: every step. ``False``: the XLA draw (the A/B probes' setting ``draws``).
 RESET_DRAWS_IN_KERNEL = True
-#: ``step_impl="vector"`` with the sorted k-nearest search (partial observation, the
-#: Pallas search and writer, from `kernels.SORTED_MIN_AGENTS` agents): the batched kernel
-#: also writes the writer's agent-major feature table of the new state, as it does for
-#: the brute-force search, instead of XLA transposing the features into it (H200, 2000 x
-#: 1000 agents: ~0.028 ms per step). ``False``: the table from XLA (the observations of
-#: `TagContinuous.observations`, for A/B runs; the same bits). Read at trace time.
-VECTOR_TABLE_SORTED = True
 
 
 @struct.dataclass
@@ -817,19 +809,6 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         mq, mc = search.brute_padding(m, kw.get("interpret"))
         return (mq, mc) if max(mq, mc) <= vector_step.lanes(m) else None
 
-    def _vector_table_sorted(self) -> bool:
-        """Whether the batched kernel writes the writer's feature table for the sorted
-        search (`VECTOR_TABLE_SORTED`): partial observation by the Pallas search and
-        writer, from `kernels.SORTED_MIN_AGENTS` agents."""
-        search, _ = self._search_module()
-        return (
-            VECTOR_TABLE_SORTED
-            and not self.use_full_observation
-            and search is not neighbors
-            and self._resolved_knn_obs_impl() == "pallas"
-            and search._resolve_method(None, self.num_agents_total) == "sorted"
-        )
-
     def _group_rows(self) -> tuple[dict[str, tuple[int, ...]], bool]:
         """Each group's agent ids, and whether every group's ids are contiguous."""
         ids = {g: self.group_ids(g) for g in self.groups}
@@ -900,14 +879,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         ``envs_per_program``, ``num_warps``, ``interpret``), then the observations of the
         new states; see `jaxdrive.Env.vector_step`. Otherwise ``None``. With
         `RESET_DRAWS_IN_KERNEL` and threefry keys the kernel derives the reset keys from
-        ``step_key`` (else takes ``reset_keys``' data) and draws the reset's uniforms.
-
-        With partial observation by the Pallas search and writer, the kernel also writes
-        the writer's feature table (and ``t / E``) of the new states, for both searches:
-        the brute-force one (whose padded inputs it writes too,
-        `_vector_search_padding`) and the sorted one (`VECTOR_TABLE_SORTED`, run on the
-        new states as `observations` runs it); the observations are `observations`' bit
-        for bit. Otherwise (full observation, the XLA writer) `observations` builds them."""
+        ``step_key`` (else takes ``reset_keys``' data) and draws the reset's uniforms."""
         if self._resolved_step_impl() != "vector":
             return None
         validate_params(params)
@@ -929,7 +901,6 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         search, kw = self._search_module()
         m = self.num_agents_total
         padding = self._vector_search_padding()
-        with_table = padding is not None or self._vector_table_sorted()
         args, static = self._kernel_args(state, actions)
         out = vector_step.tag_vector_step(
             [getattr(p, name) for name in vector_step.RAW_PARAMS],
@@ -939,21 +910,18 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             step_key_data=parent,
             **static,
             search_padding=padding,
-            feature_table=with_table,
+            feature_table=padding is not None,
             **options,
         )
         new = TagState(
             x=out.x, y=out.y, speed=out.speed, direction=out.direction,
             acceleration=out.acceleration, in_game=out.in_game, t=out.t,
         )  # fmt: skip
-        if not with_table:
+        if padding is None:
             obs = jax.vmap(self.observations, in_axes=(0, None))(new, params)
-        else:  # as `observations` builds them, with the kernel's table (and search inputs)
-            if padding is not None:
-                k = self.num_other_agents_observed
-                lists = search.brute_lists_padded(*out.search, m, k, interpret=kw.get("interpret"))
-            else:  # the sorted search: `observations`' lists [N, M, k] (-1 = none)
-                lists = jax.vmap(lambda s: self._nearest_k(s)[0])(new)
+        else:  # as `observations` builds them, from the kernel's search inputs and table
+            k = self.num_other_agents_observed
+            lists = search.brute_lists_padded(*out.search, m, k, interpret=kw.get("interpret"))
             ids, contiguous = self._group_rows()
 
             def observe(state, lists, table, time):

@@ -142,7 +142,6 @@ __all__ = [
     "PREP_SORTS",
     "PREP_SORT_BITS",
     "SORTED_BLOCK_ROWS",
-    "SORTED_GROUPS",
     "SORTED_LANE_TEST",
     "SORTED_MIN_AGENTS",
     "SORTED_PREPICK",
@@ -492,11 +491,8 @@ def _resort(lk, k: int, bits: int, dist, fin):
 
 
 def _any(mask) -> jax.Array:
-    """Scalar bool: some lane of ``mask`` (``[BM]`` or ``[G, R]``) is set."""
-    v = jnp.where(mask, 1, 0)
-    while v.ndim > 1:  # one axis at a time (Triton reduces one axis per op)
-        v = jnp.max(v, axis=-1)
-    return jnp.max(v) > 0
+    """Scalar bool: some lane of ``mask [BM]`` is set."""
+    return jnp.max(jnp.where(mask, 1, 0)) > 0
 
 
 def _store_lists(out_ref, agent, lists, k: int, m: int) -> None:
@@ -863,14 +859,6 @@ SORTED_PREPICK = False
 #: gain (one more reduction and branch per visit). Same results either way. H200, 2000 ×
 #: (5+995): without it the env step is 1.3% slower (run 30).
 SORTED_LANE_TEST = True
-#: Query groups per program ``G`` of the sorted search (a power of two dividing ``BM``):
-#: the program's ``BM`` lanes are ``G`` blocks of ``BM / G`` consecutive queries, each
-#: with its own box, own chunks, best-first chunk order and stopping test
-#: (`_sorted_knn_grouped_kernel`); a loop step streams each group's own next chunk. A
-#: smaller block's box grows less by its neighbours' radius, so it visits fewer chunks;
-#: the program runs as long as its busiest group. Used with packed keys and the
-#: ``"keyed"`` order (otherwise 1). Same results.
-SORTED_GROUPS = 1
 
 #: Bits per axis of the quantised positions whose Hilbert index orders the agents.
 _HILBERT_BITS = 15
@@ -964,26 +952,6 @@ def spatial_order(x: jax.Array, y: jax.Array) -> jax.Array:
     return jnp.argsort(key, axis=1, stable=True).astype(jnp.int32)
 
 
-def _insert(ld, lj, d, j, lex: bool):
-    """Inserts ``(d, j)`` (``[BM]`` or ``[G, R]``) into the sorted lists ``(ld, lj)``:
-    ordered by ``(d, j)`` if ``lex``, else by ``d`` with a new ``d`` after equal ones
-    (strict ``<``)."""
-    nd, nj = [], []
-    before = None  # the candidate goes before slot s - 1
-    for s in range(len(ld)):
-        here = d < ld[s]
-        if lex:
-            here = here | ((d == ld[s]) & (j < lj[s]))
-        if s == 0:
-            nd.append(jnp.minimum(ld[0], d))
-            nj.append(jnp.where(here, j, lj[0]))
-        else:
-            nd.append(jnp.minimum(ld[s], jnp.maximum(ld[s - 1], d)))
-            nj.append(jnp.where(before, lj[s - 1], jnp.where(here, j, lj[s])))
-        before = here
-    return tuple(nd), tuple(nj)
-
-
 def _sorted_knn_kernel(
     cb_ref, xq_ref, yq_ref, qc_ref, xc_ref, yc_ref, oc_ref, bx0_ref, bx1_ref, by0_ref,
     by1_ref, pq_ref, xo_ref, yo_ref, *out_refs, k, m, bm, bc, unroll, nb, nc, tie_check,
@@ -1032,6 +1000,24 @@ def _sorted_knn_kernel(
     nc_in = (cb_ref[nb] + bc - 1) // bc  # chunks past these are empty
     steps = jnp.maximum(nc_in - 1 - own_hi, own_lo)
 
+    def insert(ld, lj, d, j, lex):
+        """Inserts ``(d [BM], j)`` into the sorted lists ``(ld, lj)``: ordered by ``(d,
+        j)`` if ``lex``, else by ``d`` with a new ``d`` after equal ones (strict ``<``)."""
+        nd, nj = [], []
+        before = None  # the candidate goes before slot s - 1
+        for s in range(len(ld)):
+            here = d < ld[s]
+            if lex:
+                here = here | ((d == ld[s]) & (j < lj[s]))
+            if s == 0:
+                nd.append(jnp.minimum(ld[0], d))
+                nj.append(jnp.where(here, j, lj[0]))
+            else:
+                nd.append(jnp.minimum(ld[s], jnp.maximum(ld[s - 1], d)))
+                nj.append(jnp.where(before, lj[s - 1], jnp.where(here, j, lj[s])))
+            before = here
+        return tuple(nd), tuple(nj)
+
     def search(slots, mode):
         """Per lane the ``slots`` best candidates and the number of chunks visited.
         ``mode``: ``"lex"`` / ``"strict"`` (`insert` with or without ``lex``; lists
@@ -1052,7 +1038,7 @@ def _sorted_knn_kernel(
         else:
 
             def ins(lists, d, j):
-                return _insert(*lists, d, j, mode == "lex")
+                return insert(*lists, d, j, mode == "lex")
 
             def last(lists):
                 return lists[0][-1]
@@ -1226,190 +1212,14 @@ def _sorted_knn_kernel(
         out_refs[1][...] = jnp.full((bm,), count, jnp.int32)
 
 
-def _sorted_knn_grouped_kernel(
-    cb_ref, xq_ref, yq_ref, qc_ref, xc_ref, yc_ref, oc_ref, bx0_ref, bx1_ref, by0_ref,
-    by1_ref, pq_ref, xo_ref, yo_ref, *out_refs, k, m, groups, rows, bc, unroll, nbr, nc,
-    stats, ncp, key_bits,
-):  # fmt: skip
-    """`_sorted_knn_kernel` with the program's ``BM = G·R`` lanes as ``G`` query blocks of
-    ``R`` consecutive sorted queries (`SORTED_GROUPS`), packed keys, ``"keyed"`` order.
-
-    Inputs as `_sorted_knn_kernel`'s except: ``cb [NBR + 1]`` counts in-game agents
-    before each block of ``R`` queries, and the query arrays ``xq, yq, qc, pq`` are
-    ``[G, R]`` tiles (group ``g`` of program ``b`` is block ``b·G + g``). Each group
-    has its own box, own chunks, chunk bounds (``[G, NCP]`` keys) and stopping test, so
-    it visits what a program of ``R`` rows would. A loop step streams each live group's
-    next chunk (its own loads, ``[G]`` gathers); a group with nothing left, or no lane
-    that can gain from its chunk, streams nothing that could enter a list (masked
-    loads at ``+inf``). The loop runs while some group is live. Same lists as the
-    ungrouped kernel (exact: each group's search is a block search; ties by index).
-    ``stats``: loop steps that streamed a chunk, in every lane.
-    """
-    b = pl.program_id(1)
-    gid = b * groups + lax.broadcasted_iota(jnp.int32, (groups,), 0)  # [G] block ids
-    xq = xq_ref[...]  # [G, R]
-    yq = yq_ref[...]
-    qc = qc_ref[...]
-    qx0, qx1 = jnp.min(xq, axis=1), jnp.max(xq, axis=1)  # [G] each group's box
-    qy0, qy1 = jnp.min(yq, axis=1), jnp.max(yq, axis=1)
-    c_lo, c_hi = cb_ref[gid], cb_ref[gid + 1]  # [G]
-    own_lo = c_lo // bc  # each group's own chunks: own_lo .. own_hi
-    own_hi = jnp.where(c_hi > c_lo, (c_hi - 1) // bc, own_lo - 1)
-    nc_in = (cb_ref[nbr] + bc - 1) // bc  # chunks past these are empty
-    low = (1 << key_bits) - 1
-
-    def search(slots, mode):
-        """Per lane the ``slots`` best candidates (``"packed"``: keys; ``"lex"``: the
-        ``(d, j)``-ordered ``(ld, lj)`` lists), and the loop steps that streamed."""
-        if mode == "packed":
-
-            def last(lists):  # [G, R]: no listed key's distance is above this
-                key = lists[-1]
-                top = lax.bitcast_convert_type(key | low, jnp.float32)
-                return jnp.where(key >= _INF_KEY, _INF, top)
-
-            init = tuple(jnp.full((groups, rows), _EMPTY_KEY, jnp.int32) for _ in range(slots))
-        else:
-
-            def last(lists):
-                return lists[0][-1]
-
-            init = (
-                tuple(jnp.full((groups, rows), _INF, jnp.float32) for _ in range(slots)),
-                tuple(jnp.full((groups, rows), -1, jnp.int32) for _ in range(slots)),
-            )
-        batched = mode == "packed" and unroll > 1
-
-        def visit(c, live, masked, lists):
-            """Streams chunk ``c [G]`` of each ``live [G]`` group into its lanes' lists."""
-            # [G, R] tiles (each lane its group's value): the loads below are [G, R]
-            # gathers in the lists' own layout, no per-candidate layout conversion.
-            shape = (groups, rows)
-            on = jnp.broadcast_to(live[:, None], shape)
-            base = jnp.broadcast_to((jnp.where(live, c, 0) * bc)[:, None], shape)
-
-            def step(t, lists):
-                keys = []
-                for u in range(unroll):
-                    p = base + (t * unroll + u)  # [G, R] candidate positions
-                    xcv = pl_triton.load(xc_ref.at[p], mask=on, other=_INF)
-                    ycv = pl_triton.load(yc_ref.at[p], mask=on, other=_INF)
-                    dx = xq - xcv
-                    dy = yq - ycv
-                    d = dx * dx + dy * dy  # [G, R]
-                    if masked:  # the pair (i, i)
-                        d = jnp.where(qc == p, _INF, d)
-                    j = oc_ref[p]
-                    if mode == "packed":
-                        if batched:
-                            keys.append(_packed_key(d, j, key_bits))
-                        else:
-                            lists = _packed_insert(lists, d, j, key_bits)
-                    else:
-                        lists = _insert(*lists, d, j, True)
-                return _packed_merge(lists, keys) if batched else lists
-
-            return lax.fori_loop(0, bc // unroll, step, lists)
-
-        # Each group's own chunks first (the only ones needing the self mask).
-        n_own = jnp.max(own_hi - own_lo + 1)
-
-        def own(t, carry):
-            lists, count = carry
-            c = own_lo + t
-            return visit(c, c <= own_hi, True, lists), count + 1
-
-        lists, count = lax.fori_loop(0, n_own, own, (init, jnp.int32(0)))
-
-        # Then the others, nearest box first per group (keys as in "keyed").
-        ci = lax.broadcasted_iota(jnp.int32, (ncp,), 0)
-        cs = jnp.minimum(ci, nc - 1)
-        bx0, bx1, by0, by1 = bx0_ref[cs], bx1_ref[cs], by0_ref[cs], by1_ref[cs]  # [NCP]
-        gx = jnp.maximum(jnp.maximum(bx0[None, :] - qx1[:, None], qx0[:, None] - bx1[None, :]), 0.0)
-        gy = jnp.maximum(jnp.maximum(by0[None, :] - qy1[:, None], qy0[:, None] - by1[None, :]), 0.0)
-        cig = ci[None, :]
-        skip = (cig >= nc_in) | ((cig >= own_lo[:, None]) & (cig <= own_hi[:, None]))
-        bounds = (gx * gx + gy * gy) * _SLACK  # [G, NCP]
-        cmask = ncp - 1
-        done = jnp.int32(0x7FFFFFFF)
-        vals = jnp.where(skip, done, (lax.bitcast_convert_type(bounds, jnp.int32) & ~cmask) | cig)
-
-        def live_of(lists, vmin):  # [G]: the group's nearest unvisited box may matter
-            lower = lax.bitcast_convert_type(vmin & ~cmask, jnp.float32)
-            bound = jnp.where(vmin < _INF_KEY, lower, _INF)
-            worst = jnp.max(last(lists), axis=1)  # [G]
-            return (bound < _INF) & (bound <= worst)
-
-        def more(state):
-            lists, _, vmin, _ = state
-            return _any(live_of(lists, vmin))
-
-        def nearest(state):
-            lists, v, vmin, count = state
-            c = vmin & cmask  # [G]
-            live = live_of(lists, vmin)
-            if SORTED_LANE_TEST:  # some lane of the group can gain (point-to-box bound)
-                cc = jnp.broadcast_to(jnp.minimum(c, nc - 1)[:, None], (groups, rows))
-                cx0, cx1, cy0, cy1 = bx0_ref[cc], bx1_ref[cc], by0_ref[cc], by1_ref[cc]
-                lx = jnp.maximum(jnp.maximum(cx0 - xq, xq - cx1), 0.0)
-                ly = jnp.maximum(jnp.maximum(cy0 - yq, yq - cy1), 0.0)
-                need = (lx * lx + ly * ly) * _SLACK <= last(lists)  # [G, R]
-                live = live & (jnp.max(jnp.where(need, 1, 0), axis=1) > 0)
-            lists, count = lax.cond(
-                _any(live),
-                lambda cr: (visit(c, live, False, cr[0]), cr[1] + 1),
-                lambda cr: cr,
-                (lists, count),
-            )
-            v = jnp.where(cig == c[:, None], done, v)
-            return lists, v, jnp.min(v, axis=1), count
-
-        state = (lists, vals, jnp.min(vals, axis=1), count)
-        lists, _, _, count = lax.while_loop(more, nearest, state)
-        return lists, count
-
-    row = gid[:, None] * rows + lax.broadcasted_iota(jnp.int32, (groups, rows), 1)
-    real = row < m  # not padding
-
-    def dist(j):  # [G, R] exact distances to the agents j [G, R] (original indices)
-        dx = xq - xo_ref[j]
-        dy = yq - yo_ref[j]
-        return dx * dx + dy * dy
-
-    keys, count = search(k + PACKED_EXTRA_SLOTS, "packed")
-
-    def again():
-        (ld, lj), count2 = search(k, "lex")
-        lists = tuple(jnp.where(ld[s] < _INF, lj[s], -1) for s in range(k))
-        return lists, count + count2
-
-    packed, amb = _packed_lists(keys, k, key_bits, dist)
-    lists, count = lax.cond(_any(amb & real), again, lambda: (packed, count))
-    _store_lists(out_refs[0], pq_ref[...], lists, k, m)
-    if stats:
-        out_refs[1][...] = jnp.full((groups * rows,), count, jnp.int32)
-
-
-def _padded(m: int, bm: int, bc: int, mp: int | None) -> int:
-    """``MP``: ``M`` rounded up to ``max(BM, BC)``, or ``mp`` (checked: a multiple of
-    both, at least ``M``)."""
-    if mp is None:
-        return _round_up(m, max(bm, bc))
-    if mp < m or mp % bm or mp % bc:
-        raise ValueError(f"mp ({mp}) must be >= M ({m}) and a multiple of {bm} and {bc}")
-    return int(mp)
-
-
 def sorted_inputs(
-    x: jax.Array, y: jax.Array, in_game: jax.Array, bm: int, bc: int, mp: int | None = None
+    x: jax.Array, y: jax.Array, in_game: jax.Array, bm: int, bc: int
 ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
     """The sorted search's preparation in XLA: curve order, candidates, chunk boxes.
 
     Args:
       x, y: ``[N, M]`` float32 positions; in_game: ``[N, M]`` bool.
       bm, bc: query block ``BM`` and chunk ``BC`` sizes (powers of two).
-      mp: the padded length ``MP`` (default ``M`` rounded up to ``max(BM, BC)``; the
-        grouped search pads to its program's rows while counting per group).
 
     Returns:
       ``perm [N, M]`` int32 (the query order, `spatial_order`) and the kernel's inputs
@@ -1418,7 +1228,7 @@ def sorted_inputs(
       ``NC = MP/BC`` (see `_sorted_knn_kernel`).
     """
     n, m = x.shape
-    mp = _padded(m, bm, bc, mp)
+    mp = _round_up(m, max(bm, bc))
     nb, nc = mp // bm, mp // bc
     rows = jnp.arange(n)[:, None]
     p = jnp.arange(m, dtype=jnp.int32)[None, :]
@@ -1609,12 +1419,12 @@ def _prep_kernel(*refs, m, mp, bm, bc, interpret, sort_in_kernel):  # fmt: skip
         pl_triton.store(hi_ref.at[c], hi, mask=c < nc)
 
 
-def _prep_pallas(x, y, in_game, perm, bm: int, bc: int, interpret: bool, mp: int | None = None):
+def _prep_pallas(x, y, in_game, perm, bm: int, bc: int, interpret: bool):
     """`sorted_inputs`' kernel inputs from the curve order ``perm [N, M]`` (``None``:
     sorted in the kernel, `_radix_order`) by `_prep_kernel`, plus ``pq, xo, yo [N, MP]``
-    (the search's last three inputs). ``mp``: as `sorted_inputs`'."""
+    (the search's last three inputs)."""
     n, m = x.shape
-    mp = _padded(m, bm, bc, mp)
+    mp = _round_up(m, max(bm, bc))
     nb, nc = mp // bm, mp // bc
     row = lambda length: pl.BlockSpec((None, length), lambda e: (e, 0))
     f32 = lambda length: jax.ShapeDtypeStruct((n, length), jnp.float32)
@@ -1646,77 +1456,57 @@ def _prep_pallas(x, y, in_game, perm, bm: int, bc: int, interpret: bool, mp: int
 
 def _sorted_knn_call(
     x, y, in_game, k, *, bm, bc, u, tie_check, num_warps, num_stages, interpret, stats,
-    order, packed_keys=None, groups=1,
+    order, packed_keys=None,
 ):  # fmt: skip
     """Prepare, then the kernel. Returns ``out [N, M, k]`` (-1 = none) and, with
     ``stats``, ``pairs [N]`` (pairs streamed over ``M²``)."""
     n, m = x.shape
     mp = _round_up(m, max(bm, bc))
     nb, nc = mp // bm, mp // bc
-    key_bits = _key_bits(packed_keys, m)
-    groups = _check_block("query_groups", groups)
-    if groups > bm:
-        raise ValueError(f"query_groups ({groups}) must be at most block_rows ({bm})")
-    if not key_bits or order != "keyed":
-        groups = 1  # the grouped kernel: packed keys and the keyed order only
-    rows = bm // groups  # queries per block of the preparation's counts
     if PREP_IMPL not in PREP_IMPLS:
         raise ValueError(f"kernels.PREP_IMPL must be one of {PREP_IMPLS}, got {PREP_IMPL!r}")
     if PREP_IMPL == "pallas" and _next_pow2(mp) <= PREP_MAX_AGENTS:
         if PREP_SORT not in PREP_SORTS:
             raise ValueError(f"kernels.PREP_SORT must be one of {PREP_SORTS}, got {PREP_SORT!r}")
         perm = None if PREP_SORT == "kernel" else spatial_order(x, y)
-        inputs, extra = _prep_pallas(x, y, in_game, perm, rows, bc, interpret, mp=mp)
+        inputs, extra = _prep_pallas(x, y, in_game, perm, bm, bc, interpret)
     else:
-        perm, inputs = sorted_inputs(x, y, in_game, rows, bc, mp=mp)
+        perm, inputs = sorted_inputs(x, y, in_game, bm, bc)
         extra = (
             jnp.pad(perm, ((0, 0), (0, mp - m)), constant_values=m),
             jnp.pad(x, ((0, 0), (0, mp - m))),
             jnp.pad(y, ((0, 0), (0, mp - m))),
         )
-    if groups > 1:
-        kernel = functools.partial(
-            _sorted_knn_grouped_kernel, k=k, m=m, groups=groups, rows=rows, bc=bc, unroll=u,
-            nbr=mp // rows, nc=nc, stats=stats, ncp=_next_pow2(nc), key_bits=key_bits,
-        )  # fmt: skip
-        # The query arrays as [N, MP / R, R]: a program's block is [G, R].
-        cb, xq, yq, qc, *rest = inputs
-        inputs = (cb, *(v.reshape(n, mp // rows, rows) for v in (xq, yq, qc)), *rest)
-        pq, *xy = extra
-        extra = (pq.reshape(n, mp // rows, rows), *xy)
-        query_spec = pl.BlockSpec((None, groups, rows), lambda e, b: (e, b, 0))
-    else:
-        kernel = functools.partial(
-            _sorted_knn_kernel,
-            k=k,
-            m=m,
-            bm=bm,
-            bc=bc,
-            unroll=u,
-            nb=nb,
-            nc=nc,
-            tie_check=tie_check,
-            stats=stats,
-            order=order,
-            ncp=_next_pow2(nc),
-            key_bits=key_bits,
-            network=_check_network(PACKED_NETWORK),
-        )
-        query_spec = pl.BlockSpec((None, bm), lambda e, b: (e, b))
+    kernel = functools.partial(
+        _sorted_knn_kernel,
+        k=k,
+        m=m,
+        bm=bm,
+        bc=bc,
+        unroll=u,
+        nb=nb,
+        nc=nc,
+        tie_check=tie_check,
+        stats=stats,
+        order=order,
+        ncp=_next_pow2(nc),
+        key_bits=_key_bits(packed_keys, m),
+        network=_check_network(PACKED_NETWORK),
+    )
     # The kernel writes each list at its agent's row: no un-sorting pass afterwards.
     out_shape = [jax.ShapeDtypeStruct((n, m * k), jnp.int32)]
     out_specs = [pl.BlockSpec((None, m * k), lambda e, b: (e, 0))]
     if stats:
         out_shape.append(jax.ShapeDtypeStruct((n, mp), jnp.int32))
         out_specs.append(pl.BlockSpec((None, bm), lambda e, b: (e, b)))
+    query_spec = pl.BlockSpec((None, bm), lambda e, b: (e, b))
     cand_spec = pl.BlockSpec((None, mp), lambda e, b: (e, 0))
     box_spec = pl.BlockSpec((None, nc), lambda e, b: (e, 0))
-    nbc = mp // rows + 1  # block counts' length
     outs = pl.pallas_call(
         kernel,
         out_shape=tuple(out_shape),
         grid=(n, nb),
-        in_specs=[pl.BlockSpec((None, nbc), lambda e, b: (e, 0))]
+        in_specs=[pl.BlockSpec((None, nb + 1), lambda e, b: (e, 0))]
         + [query_spec] * 3
         + [cand_spec] * 3
         + [box_spec] * 4
@@ -1755,7 +1545,6 @@ def nearest_k_sorted_batched(
     interpret: bool | None = None,
     chunk_order: str | None = None,
     packed_keys: bool | None = None,
-    query_groups: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """`nearest_k_batched` by an exact, spatially pruned search (fast for large ``M``).
 
@@ -1832,9 +1621,6 @@ def nearest_k_sorted_batched(
       packed_keys: as `nearest_k_brute_batched` (the packed keys hold original indices;
         an ambiguous block is searched again with the ordered insertion, and
         ``tie_check`` then does not apply). Same results.
-      query_groups: ``G``, a power of two at most ``BM``: the program's lanes as ``G``
-        blocks of ``BM / G`` queries, each pruned on its own (`SORTED_GROUPS`, the
-        default; packed keys and the ``"keyed"`` order only, else 1). Same results.
 
     Returns:
       ``idx [N, M, k]`` int32 and ``valid [N, M, k]`` bool, as `nearest_k` per env.
@@ -1844,7 +1630,6 @@ def nearest_k_sorted_batched(
         block_rows=block_rows, chunk_size=chunk_size, block_cols=block_cols,
         tie_check=tie_check, num_warps=num_warps, num_stages=num_stages,
         interpret=interpret, stats=False, chunk_order=chunk_order, packed_keys=packed_keys,
-        query_groups=query_groups,
     )  # fmt: skip
     return _finish(out)
 
@@ -1881,7 +1666,7 @@ def _finish(out: jax.Array) -> tuple[jax.Array, jax.Array]:
 def _sorted_search(
     x, y, in_game, k, *, block_rows=None, chunk_size=None, block_cols=None,
     tie_check=True, num_warps=None, num_stages=None, interpret=None, stats=False,
-    chunk_order=None, packed_keys=None, query_groups=None,
+    chunk_order=None, packed_keys=None,
 ):  # fmt: skip
     k, x, y, in_game = _check_batched_inputs(x, y, in_game, k)
     order = CHUNK_ORDER if chunk_order is None else chunk_order
@@ -1903,7 +1688,6 @@ def _sorted_search(
         x, y, in_game, k, bm=bm, bc=bc, u=u, tie_check=bool(tie_check), num_warps=num_warps,
         num_stages=num_stages, interpret=interpret, stats=stats, order=order,
         packed_keys=packed_keys,
-        groups=SORTED_GROUPS if query_groups is None else query_groups,
     )  # fmt: skip
 
 

@@ -35,12 +35,7 @@ Two forms, same values:
   lane's gather touched its own sector). Interpret mode off GPU. All its loads are
   pointer-style gathers from 1-D refs with computed int32 index arrays and the store is
   a masked block store, the constructs of `environments.tag_continuous.full_obs`'s
-  kernel. With `LANE_ORDER` ``"slot"`` the lanes enumerate each row slot-major instead
-  (position ``c' = 7s + f``, then the time column): the 32 lanes of a warp instruction
-  then read about 5 neighbours' 32-byte rows rather than 10-20 (``k = 10``), which may
-  save L1 wavefronts (to be measured on the GPU). Each lane computes the same value and
-  scatters it to its feature-major place ``r·D + f·k + s`` (a masked pointer-style store
-  on the whole output) instead of the contiguous block store.
+  kernel.
 
 Division and bit-exactness: as documented in `environments.tag_continuous.full_obs`, XLA
 compiles the reference's division by the broadcast scale into a multiplication by its
@@ -83,8 +78,6 @@ from environments.tag_continuous.full_obs import (
 __all__ = [
     "DEFAULT_BLOCK",
     "IMPLS",
-    "LANE_ORDER",
-    "LANE_ORDERS",
     "knn_obs",
     "knn_obs_pallas",
     "knn_obs_xla",
@@ -103,16 +96,6 @@ DEFAULT_WARPS = None
 #: lanes of one instruction then hold consecutive elements (neighbouring slots of a row)
 #: rather than every fourth. Same values.
 OPAQUE_STORE = False
-#: The lane orders of the Pallas writer (`LANE_ORDER`).
-LANE_ORDERS = ("feature", "slot")
-#: How a program's ``B`` lanes enumerate its elements (read at trace time, like the
-#: settings above). ``"feature"``: the flat output's own order (``c = f·k + s``, one
-#: contiguous block store). ``"slot"``: each row slot-major (lane position ``c' = 7s + f``
-#: for ``c' < 7k``, then the time column), so that consecutive lanes read the same
-#: neighbour's features (one 32-byte row for 7 lanes); each lane scatters its value to
-#: ``r·D + f·k + s`` (a masked store on the whole output, `OPAQUE_STORE` has no effect).
-#: Same values.
-LANE_ORDER = "feature"
 
 _RELATIVE = np.array([1] * NUM_RELATIVE + [0] * (NUM_FEATURES - NUM_RELATIVE), np.float32)
 
@@ -218,40 +201,11 @@ def _agent_major(feats: jax.Array, in_game: jax.Array) -> jax.Array:
     return jnp.concatenate([feats.astype(jnp.float32), g], axis=0).T.reshape(-1)
 
 
-def _lane_order() -> str:
-    """The validated `LANE_ORDER`."""
-    if LANE_ORDER not in LANE_ORDERS:
-        raise ValueError(f"knn_obs.LANE_ORDER must be one of {LANE_ORDERS}, got {LANE_ORDER!r}")
-    return LANE_ORDER
-
-
-def _element(e: jax.Array, k: int, order: str) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Element ``e`` (in ``[0, n·D)``) of the lanes' enumeration -> ``(r, f, s)``: its
-    row, feature (7 in the time column) and slot (0 in the time column); it is written at
-    ``r·D + f·k + s``. ``order`` ``"feature"``: ``e`` is that flat position itself;
-    ``"slot"``: row ``r``'s position ``c' = e − r·D`` is ``7s + f`` for ``c' < 7k``, the
-    time column at ``c' = 7k``."""
-    d = obs_size(k)
-    r = lax.div(e, jnp.int32(d))  # row (non-negative: truncation = floor)
-    c = e - r * d  # position within the row
-    if order == "feature":
-        f = lax.div(c, jnp.int32(k))  # feature, 7 in the time column
-        s = c - f * k  # slot (0 in the time column)
-        return r, f, s
-    q = lax.div(c, jnp.int32(NUM_FEATURES))  # slot, k in the time column
-    tcol = q >= k
-    f = jnp.where(tcol, jnp.int32(NUM_FEATURES), c - q * NUM_FEATURES)
-    s = jnp.where(tcol, jnp.int32(0), q)
-    return r, f, s
-
-
 def _knn_obs_kernel(
     table_ref, code_ref, scale_ref, time_ref, *refs, m, k, n, lo, block, reciprocal, raw,
-    interpret, order,
+    interpret,
 ):  # fmt: skip
-    """One block of ``B`` consecutive elements of one env's flat ``[n·D]`` observations,
-    enumerated in `LANE_ORDER` ``order`` (`_element`; ``"slot"``: scattered within their
-    rows, possibly outside the block's own span, so ``out_ref`` is the whole output).
+    """One block of ``B`` consecutive elements of one env's flat ``[n·D]`` observations.
 
     ``table_ref [8M]`` agent-major features (`_agent_major`), ``code_ref [M·k]``
     neighbour codes (`_encode`; with ``raw``, ``−1`` for an empty slot, which reads the
@@ -269,7 +223,10 @@ def _knn_obs_kernel(
     e = e0 + lax.broadcasted_iota(jnp.int32, (block,), 0)  # [B] flat element
     inside = e < total
     ec = jnp.minimum(e, total - 1)  # loads stay in range past the end
-    r, f, s = _element(ec, k, order)
+    r = lax.div(ec, jnp.int32(d))  # row (non-negative: truncation = floor)
+    c = ec - r * d  # column
+    f = lax.div(c, jnp.int32(k))  # feature, 7 in the time column
+    s = c - f * k  # slot (0 in the time column)
     fc = jnp.minimum(f, NUM_FEATURES - 1)
     i = ids_ref[r] if lo is None else r + lo  # the observing agent
     code = code_ref[i * k + s]
@@ -290,14 +247,6 @@ def _knn_obs_kernel(
     else:
         q = _div_rn(diff, sc)
     val = jnp.where(f == NUM_FEATURES, time_ref[0] * g_own, q * mask)
-    if order == "slot":
-        # Lanes past the end get their own out-of-range address (e >= n·D), not their
-        # clamped element's: masked, they store nothing on the GPU, and interpret mode
-        # (a gather of the old values, then a scatter) drops them rather than racing
-        # the lane of the last element at the same address.
-        dst = jnp.where(inside, r * d + f * k + s, e)
-        pl_triton.store(out_ref.at[dst], val, mask=inside)
-        return
     if OPAQUE_STORE:  # t/E >= 0, so this adds 0; the compiler cannot know it
         e0 = e0 + (time_ref[0] < jnp.float32(-1.0)).astype(jnp.int32)
     pl_triton.store(out_ref.at[pl.ds(e0, block)], val, mask=inside)
@@ -329,13 +278,11 @@ def knn_obs_pallas(
         ``min(DEFAULT_BLOCK, next_pow2(n·D))``); grid ``ceil(n·D / B)`` per env (Pallas
         prepends the env axis under `jax.vmap`).
       num_warps: Triton warps (default `DEFAULT_WARPS`, else ``max(1, min(4, B // 256))``).
-        The lanes' order is `LANE_ORDER` (read when traced).
       interpret: Pallas interpret mode; ``None``: only when the default backend is CPU.
       table: the agent-major feature table ``[8M]`` (`_agent_major(feats, in_game)`), if
         already built (the batched Tag step writes it); ``feats`` then gives shapes only.
     """
     m, k = _check(feats, idx, valid, scale, in_game)
-    order = _lane_order()
     if table is not None and table.shape != (_ROW * m,):
         raise ValueError(f"table must be [{_ROW * m}], got {table.shape}")
     ids, lo = _row_ids(rows, m)
@@ -371,7 +318,6 @@ def knn_obs_pallas(
         reciprocal=reciprocal,
         raw=valid is None,
         interpret=interpret,
-        order=order,
     )
     out = pl.pallas_call(
         kernel,

@@ -11,16 +11,13 @@ module defaults read when the env is traced (`SETTINGS`: ``chunk`` =
 `kernels.CHUNK_SIZE`, ``unroll`` = `kernels.BRUTE_UNROLL`, ``sunroll`` =
 `kernels.SORTED_UNROLL`, ``network`` = `kernels.PACKED_NETWORK`, ``sort`` =
 `kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``wwarps`` =
-`knn_obs.DEFAULT_WARPS`, ``opaque`` = `knn_obs.OPAQUE_STORE`, ``worder`` =
-`knn_obs.LANE_ORDER`, ``prep`` =
+`knn_obs.DEFAULT_WARPS`, ``opaque`` = `knn_obs.OPAQUE_STORE`, ``prep`` =
 `kernels.PREP_IMPL`, ``psort`` = `kernels.PREP_SORT`, ``psbits`` =
-`kernels.PREP_SORT_BITS`, ``sblock`` = `kernels.SORTED_BLOCK_ROWS`, ``sgroups`` =
-`kernels.SORTED_GROUPS`, ``prepick`` =
+`kernels.PREP_SORT_BITS`, ``sblock`` = `kernels.SORTED_BLOCK_ROWS`, ``prepick`` =
 `kernels.SORTED_PREPICK`, ``lanetest`` = `kernels.SORTED_LANE_TEST`, ``order`` =
 `kernels.CHUNK_ORDER`, ``elements`` = `vector_step.DEFAULT_ELEMENTS`, ``warps`` =
 `vector_step.DEFAULT_WARPS`, ``table`` = `vector_step.TABLE_STORE`, ``draws`` =
-`env.RESET_DRAWS_IN_KERNEL`, ``vtable`` = `env.VECTOR_TABLE_SORTED` and ``skip`` =
-`kernels.PACKED_SKIP_DISTINCT` as 1 or 0),
+`env.RESET_DRAWS_IN_KERNEL` and ``skip`` = `kernels.PACKED_SKIP_DISTINCT` as 1 or 0),
 restored afterwards, the env's ``step`` (``step_impl``) and the harness's ``fold``
 (`time_env_steps`'s, 1 or 0). The variants run in turn ``--rounds`` times, so drift over
 time shows as the spread of one variant's rounds, not as a difference between variants.
@@ -64,12 +61,10 @@ SETTINGS = {
     "block": (knn_obs, "DEFAULT_BLOCK", "pow2"),  # observation writer: elements per program
     "wwarps": (knn_obs, "DEFAULT_WARPS", "pow2"),  # observation writer: Triton warps
     "opaque": (knn_obs, "OPAQUE_STORE", "bool"),  # observation writer: unvectorised store
-    "worder": (knn_obs, "LANE_ORDER", knn_obs.LANE_ORDERS),  # observation writer: lane order
     "prep": (kernels, "PREP_IMPL", kernels.PREP_IMPLS),  # sorted search's preparation
     "psort": (kernels, "PREP_SORT", kernels.PREP_SORTS),  # its curve order: xla / kernel
     "psbits": (kernels, "PREP_SORT_BITS", "int"),  # in-kernel sort: Hilbert bits per axis
     "sblock": (kernels, "SORTED_BLOCK_ROWS", "pow2"),  # sorted search: query rows per program
-    "sgroups": (kernels, "SORTED_GROUPS", "pow2"),  # sorted search: query groups per program
     "prepick": (kernels, "SORTED_PREPICK", "bool"),  # sorted search: next pick before visit
     "lanetest": (kernels, "SORTED_LANE_TEST", "bool"),  # sorted search: per-lane chunk test
     "order": (kernels, "CHUNK_ORDER", kernels.CHUNK_ORDERS),  # sorted search: chunk order
@@ -77,7 +72,6 @@ SETTINGS = {
     "warps": (vector_step, "DEFAULT_WARPS", "pow2"),  # batched step: Triton warps
     "table": (vector_step, "TABLE_STORE", vector_step.TABLE_STORE_FORMS),  # its table store
     "draws": (tag_env, "RESET_DRAWS_IN_KERNEL", "bool"),  # batched step: reset's uniforms
-    "vtable": (tag_env, "VECTOR_TABLE_SORTED", "bool"),  # batched step: table, sorted path
     "skip": (kernels, "PACKED_SKIP_DISTINCT", "bool"),  # packed search: re-sort's skip
     "step": (None, "step_impl", ("auto", "xla", "pallas", "vector")),  # env's step_impl
     "fold": (None, "fold", ("1", "0")),  # the harness's output folds

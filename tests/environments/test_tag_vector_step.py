@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jaxdrive
-from environments.tag_continuous import TagContinuous, kernels, vector_step
+from environments.tag_continuous import TagContinuous, vector_step
 from environments.tag_continuous import env as env_module
 from tests.environments.tag_helpers import assert_bitwise
 from tests.environments.test_tag_step_kernel import _actions, _params, _random_state
@@ -337,70 +337,3 @@ def test_auto_resolution(monkeypatch) -> None:
     assert big._resolved_step_impl() == "xla"
     assert TagContinuous(num_taggers=2, num_runners=5, impl="jax")._resolved_step_impl() == "xla"
     assert TagContinuous(step_impl="vector", num_runners=2000)._resolved_step_impl() == "vector"
-
-
-def _spy_kernel(monkeypatch) -> list[dict]:
-    """Records the keywords of each `vector_step.tag_vector_step` call (at trace time)."""
-    calls, kernel = [], vector_step.tag_vector_step
-
-    def spy(*args, **kw):
-        calls.append(kw)
-        return kernel(*args, **kw)
-
-    monkeypatch.setattr(vector_step, "tag_vector_step", spy)
-    return calls
-
-
-@pytest.mark.parametrize(
-    ("runners", "ids"),
-    [
-        (253, None),  # M = 256 = SORTED_MIN_AGENTS: the sorted search, contiguous groups
-        (297, (0, 150, 299)),  # M = 300 (lanes 512), scattered tagger ids
-        (10, None),  # the brute-force search: the kernel writes its inputs too
-    ],
-)
-def test_feature_table_from_kernel(runners: int, ids, monkeypatch) -> None:
-    """Partial observation by the Pallas search and writer: the batched kernel writes the
-    writer's feature table for both searches (`env.VECTOR_TABLE_SORTED` for the sorted
-    one), traced once; three steps with auto-reset (one env resetting in each) equal bit
-    for bit those whose observations `observations` builds (the flag off) and, with
-    contiguous ids, the XLA step's (scattered ones may differ by an FMA, see
-    `test_random_states`)."""
-    kw = dict(
-        num_taggers=3, num_runners=runners, num_other_agents_observed=4, episode_length=2,
-        tagger_ids=ids, impl="pallas", knn_obs_impl="pallas",
-    )  # fmt: skip
-    ref_env, env = _pair(**kw)
-    sorted_search = env.num_agents_total >= kernels.SORTED_MIN_AGENTS
-    assert (env._vector_search_padding() is None) == sorted_search
-    assert env._vector_table_sorted() == sorted_search
-    rng = np.random.default_rng(runners)
-    p = _params(rng)
-    s0, a0 = _batch(rng, env, p, (1, 0))  # t + 1 = E: env 0 resets first, then env 1
-    policy = jaxdrive.random_policy(env)
-    calls = _spy_kernel(monkeypatch)
-
-    def rollout(e, flag=True):
-        monkeypatch.setattr(env_module, "VECTOR_TABLE_SORTED", flag)
-        venv = jaxdrive.vectorize(e, 2)
-        step = jax.jit(lambda k, s, a: venv.step(k, s, a, p))
-        s, a, out = s0, a0, []
-        for i in range(3):
-            key = jax.random.key(i)
-            s, ts = step(key, s, a)
-            out.append((s, ts))
-            a = policy(key, ts.obs)
-        return out
-
-    got = rollout(env)
-    done = np.stack([np.asarray(ts.done) for _, ts in got])
-    np.testing.assert_array_equal(done, [[True, False], [False, True], [True, False]])
-    # one trace, with the table (and the brute-force search's inputs below 256 agents)
-    assert [(c["feature_table"], c["search_padding"] is None) for c in calls] == [
-        (True, sorted_search)
-    ]
-    off = rollout(env, flag=False)
-    assert len(calls) == 2 and calls[1]["feature_table"] == (not sorted_search)
-    assert_bitwise(got, off, "table from the kernel vs from XLA")
-    if ids is None:
-        assert_bitwise(got, rollout(ref_env), "vector vs XLA step")

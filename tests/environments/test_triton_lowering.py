@@ -209,14 +209,3 @@ def test_knn_obs_opaque_store_lowers_to_triton(monkeypatch, opaque: bool) -> Non
         return jax.vmap(one)(feats, lists, g)
 
     assert _lowered_triton_calls(fn, feats, lists, g) == 1
-
-
-@pytest.mark.parametrize("groups", [2, 8, 32])
-@pytest.mark.parametrize("lane_test", [True, False])
-def test_sorted_query_groups_lower_to_triton(monkeypatch, groups: int, lane_test: bool) -> None:
-    monkeypatch.setattr(kernels, "SORTED_LANE_TEST", lane_test)
-    x, y, g = _positions()
-    fn = lambda x, y, g: kernels.nearest_k_sorted_batched(
-        x, y, g, K, query_groups=groups, interpret=False
-    )
-    assert _lowered_triton_calls(fn, x, y, g) == SORTED_CALLS
