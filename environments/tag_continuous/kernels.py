@@ -1346,7 +1346,7 @@ def _prep_kernel(*refs, m, mp, bm, bc, interpret, sort_in_kernel):  # fmt: skip
     it with `_radix_order` in two extra ``[P]`` int32 outputs), ``x, y [M]`` float32,
     ``g [M]`` int32 (in the game: 1). Writes ``cb [NB+1]``, ``xq, yq, qc, xc, yc, oc, pq,
     xo, yo [MP]`` and the chunk boxes ``[NC]`` (see `_sorted_knn_kernel`). Works on ``P
-    = next_pow2(MP)`` lanes: sorted position ``p`` gathers its agent, an inclusive
+    = next_pow2(MP)`` lanes: sorted position ``p`` gathers its agent, an exclusive
     cumsum of the in-game flags gives each in-game agent's candidate position (the
     stable partition), the candidates are scattered there, and after a barrier the
     program reads them back in chunks of ``BC`` for the boxes.
