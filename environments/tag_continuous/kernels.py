@@ -141,6 +141,7 @@ __all__ = [
     "PREP_SORT",
     "PREP_SORTS",
     "PREP_SORT_BITS",
+    "PREP_WARPS",
     "SORTED_BLOCK_ROWS",
     "SORTED_LANE_TEST",
     "SORTED_MIN_AGENTS",
@@ -1192,7 +1193,10 @@ def _sorted_knn_kernel(
             return lists, count + count2
 
         packed, amb = _packed_lists(keys, k, key_bits, dist)
-        lists, count = lax.cond(_any(amb & real), again, lambda: (packed, count))
+        if _SORTED_EXACT_FALLBACK:
+            lists, count = lax.cond(_any(amb & real), again, lambda: (packed, count))
+        else:
+            lists = packed
     elif tie_check:
         (ld, lj), count = search(k + 1, "strict")
         tie = jnp.zeros((bm,), jnp.bool_)
@@ -1281,6 +1285,13 @@ PREP_SORT = "kernel"
 #: the same order; fewer bits, fewer partition passes and a coarser order). H200,
 #: 2000 × (5+995): 10 bits (20 passes) 1.0997, 5 bits 1.0599 ms per step (run 35).
 PREP_SORT_BITS = 5
+#: Triton warps of the Pallas preparation (``None``: ``max(1, min(8, next_pow2(MP) //
+#: 256))``, 4 at ``M = 1000``).
+PREP_WARPS: int | None = None
+#: Probe-only ablation (`experiments.benchmarks.env_ab_probe`'s ``fallback=0``): the
+#: sorted search without its exact re-search of ambiguous blocks (wrong lists where a
+#: block's packed keys collide), to see what that branch costs in registers and time.
+_SORTED_EXACT_FALLBACK = True
 
 
 def _sort_bits(m: int) -> tuple[int, int]:
@@ -1447,7 +1458,9 @@ def _prep_pallas(x, y, in_game, perm, bm: int, bc: int, interpret: bool):
         grid=(n,),
         in_specs=[row(m)] * len(inputs),
         out_specs=tuple(row(sh.shape[1]) for sh in shapes),
-        compiler_params=pl_triton.CompilerParams(num_warps=max(1, min(8, p2 // 256))),
+        compiler_params=pl_triton.CompilerParams(
+            num_warps=max(1, min(8, p2 // 256)) if PREP_WARPS is None else int(PREP_WARPS)
+        ),
         interpret=interpret,
         name="tag_nearest_k_prep",
     )(*inputs)

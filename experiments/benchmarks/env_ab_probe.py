@@ -11,13 +11,16 @@ module defaults read when the env is traced (`SETTINGS`: ``chunk`` =
 `kernels.CHUNK_SIZE`, ``unroll`` = `kernels.BRUTE_UNROLL`, ``sunroll`` =
 `kernels.SORTED_UNROLL`, ``network`` = `kernels.PACKED_NETWORK`, ``sort`` =
 `kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``wwarps`` =
-`knn_obs.DEFAULT_WARPS`, ``opaque`` = `knn_obs.OPAQUE_STORE`, ``prep`` =
+`knn_obs.DEFAULT_WARPS`, ``opaque`` = `knn_obs.OPAQUE_STORE`, ``wlayout`` =
+`knn_obs.LAYOUT`, ``wrows`` = `knn_obs.TILE_ROWS`, ``prep`` =
 `kernels.PREP_IMPL`, ``psort`` = `kernels.PREP_SORT`, ``psbits`` =
 `kernels.PREP_SORT_BITS`, ``sblock`` = `kernels.SORTED_BLOCK_ROWS`, ``prepick`` =
 `kernels.SORTED_PREPICK`, ``lanetest`` = `kernels.SORTED_LANE_TEST`, ``order`` =
 `kernels.CHUNK_ORDER`, ``elements`` = `vector_step.DEFAULT_ELEMENTS`, ``warps`` =
 `vector_step.DEFAULT_WARPS`, ``table`` = `vector_step.TABLE_STORE`, ``draws`` =
-`env.RESET_DRAWS_IN_KERNEL` and ``skip`` = `kernels.PACKED_SKIP_DISTINCT` as 1 or 0),
+`env.RESET_DRAWS_IN_KERNEL`, ``skip`` = `kernels.PACKED_SKIP_DISTINCT` as 1 or 0,
+``pwarps`` = `kernels.PREP_WARPS`, and the probe-only ablation ``fallback`` =
+`kernels._SORTED_EXACT_FALLBACK`, whose 0 gives wrong lists where packed keys collide),
 restored afterwards, the env's ``step`` (``step_impl``) and the harness's ``fold``
 (`time_env_steps`'s, 1 or 0). The variants run in turn ``--rounds`` times, so drift over
 time shows as the spread of one variant's rounds, not as a difference between variants.
@@ -26,14 +29,18 @@ compared with the first variant's (same keys, same actions): ``equal``, or the c
 differing float32 elements and the largest absolute difference.
 
 Prints one row per (config, variant, round) and a summary (median over rounds, ratio
-to the first variant); ``--probe_out=PATH`` appends JSON lines. ``--tiny``: a CPU
-smoke test.
+to the first variant); ``--probe_out=PATH`` appends JSON lines. ``--details``: in the
+first round, one more call of each variant is traced, and the Pallas kernels' device
+time per step and launch details (registers per thread, block, theoretical occupancy;
+`experiments.benchmarks.profile.kernel_details`) are printed. ``--tiny``: a CPU smoke
+test.
 """
 
 from __future__ import annotations
 
 import re
 import statistics
+import tempfile
 from typing import Any
 
 import jax
@@ -61,6 +68,8 @@ SETTINGS = {
     "block": (knn_obs, "DEFAULT_BLOCK", "pow2"),  # observation writer: elements per program
     "wwarps": (knn_obs, "DEFAULT_WARPS", "pow2"),  # observation writer: Triton warps
     "opaque": (knn_obs, "OPAQUE_STORE", "bool"),  # observation writer: unvectorised store
+    "wlayout": (knn_obs, "LAYOUT", knn_obs.LAYOUTS),  # observation writer: flat / tile
+    "wrows": (knn_obs, "TILE_ROWS", "pow2"),  # observation writer (tile): rows per program
     "prep": (kernels, "PREP_IMPL", kernels.PREP_IMPLS),  # sorted search's preparation
     "psort": (kernels, "PREP_SORT", kernels.PREP_SORTS),  # its curve order: xla / kernel
     "psbits": (kernels, "PREP_SORT_BITS", "int"),  # in-kernel sort: Hilbert bits per axis
@@ -73,6 +82,8 @@ SETTINGS = {
     "table": (vector_step, "TABLE_STORE", vector_step.TABLE_STORE_FORMS),  # its table store
     "draws": (tag_env, "RESET_DRAWS_IN_KERNEL", "bool"),  # batched step: reset's uniforms
     "skip": (kernels, "PACKED_SKIP_DISTINCT", "bool"),  # packed search: re-sort's skip
+    "pwarps": (kernels, "PREP_WARPS", "pow2"),  # sorted search's preparation: Triton warps
+    "fallback": (kernels, "_SORTED_EXACT_FALLBACK", "bool"),  # ablation: 0 = wrong lists
     "step": (None, "step_impl", ("auto", "xla", "pallas", "vector")),  # env's step_impl
     "fold": (None, "fold", ("1", "0")),  # the harness's output folds
 }
@@ -91,6 +102,7 @@ def define_flags() -> None:
     flags.DEFINE_integer("check_steps", 20, "random steps before the equality check")
     flags.DEFINE_string("probe_out", "", "JSON-lines file to append to (none if empty)")
     flags.DEFINE_bool("tiny", False, "tiny sizes (CPU smoke test)")
+    flags.DEFINE_bool("details", False, "round 1: trace each variant, print its kernels")
 
 
 Variant = tuple[str, tuple[tuple[str, Any], ...]]
@@ -139,10 +151,11 @@ def _observations_after(env, params, n: int, steps: int) -> dict[str, jax.Array]
 
 def run_variant(
     n: int, t: int, r: int, k: int, variant: Variant, num_steps: int, repeats: int,
-    check_steps: int = 0,
+    check_steps: int = 0, profile_dir: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, jax.Array] | None]:  # fmt: skip
     """Times one variant (its settings applied while the env is traced, then restored);
-    returns the timing record and, with ``check_steps``, the observations to compare."""
+    returns the timing record and, with ``check_steps``, the observations to compare.
+    With ``profile_dir``, one more call is traced there."""
     form, settings = variant
     given = dict(settings)
     module_settings = [(name, v) for name, v in settings if SETTINGS[name][0] is not None]
@@ -152,11 +165,30 @@ def run_variant(
             setattr(*SETTINGS[name][:2], value)
         env, params = make_env(t, r, k, form, step_impl=given.get("step", "auto"))
         obs = _observations_after(env, params, n, check_steps) if check_steps else None
-        rec = time_env_steps(env, params, n, num_steps, repeats, fold=given.get("fold", "1") == "1")
+        rec = time_env_steps(
+            env, params, n, num_steps, repeats, profile_dir=profile_dir,
+            fold=given.get("fold", "1") == "1",
+        )  # fmt: skip
     finally:
         for (module, attr, _), value in reversed(saved):
             setattr(module, attr, value)
     return rec, obs
+
+
+def kernel_lines(trace_dir: str, num_steps: int) -> list[str]:
+    """The traced call's Pallas kernels (names ``tag_*``): device µs per step and launch
+    details (`profile.kernel_details`), one line each; the host's ops on a CPU."""
+    from experiments.benchmarks.profile import kernel_details, summarize_trace
+
+    kind, totals = summarize_trace(trace_dir)
+    details = kernel_details(trace_dir)
+    out = []
+    for name, (ms, _) in sorted(totals.items(), key=lambda kv: -kv[1][0]):
+        if kind == "device" and not name.startswith("tag_"):
+            continue
+        info = details.get(name, {}).get("kernel_details", "")
+        out.append(f"{name[:28]:<28} {1e3 * ms / num_steps:9.1f} us/step  {info}")
+    return out[:8]
 
 
 def _name(variant: Variant) -> str:
@@ -174,6 +206,7 @@ def probe(
     repeats: int,
     check_steps: int,
     out: str = "",
+    details: bool = False,
 ) -> list[dict[str, Any]]:
     """Runs the probe (module docstring); returns its records."""
     if rounds < 1 or num_steps < 1 or repeats < 1 or check_steps < 0:
@@ -192,7 +225,8 @@ def probe(
         for rnd in range(1, rounds + 1):
             for variant in variants:
                 steps = check_steps if rnd == 1 else 0
-                tr, obs = run_variant(n, t, r, k, variant, num_steps, repeats, steps)
+                trace = tempfile.mkdtemp(prefix="env_ab_") if details and rnd == 1 else None
+                tr, obs = run_variant(n, t, r, k, variant, num_steps, repeats, steps, trace)
                 rec = dict(
                     bench="tag_env_ab", num_envs=n, num_taggers=t, num_runners=r, k=k,
                     variant=_name(variant), knn_obs_impl=variant[0],
@@ -216,6 +250,9 @@ def probe(
                     f"{rec['env_steps_per_s']:>14,.0f} env steps/s  {check}",
                     flush=True,
                 )
+                if trace:
+                    for line in kernel_lines(trace, num_steps):
+                        print(f"    {line}", flush=True)
         print("summary (median over rounds):")
         base = None
         for variant in variants:
@@ -239,7 +276,10 @@ def main(argv: list[str]) -> None:
         configs = [parse_config(c) for c in FLAGS.configs]
         k, steps, repeats, check = FLAGS.k, FLAGS.num_steps, FLAGS.repeats, FLAGS.check_steps
     variants = [parse_variant(v) for v in FLAGS.variants]
-    probe(configs, variants, k, FLAGS.rounds, steps, repeats, check, FLAGS.probe_out)
+    probe(
+        configs, variants, k, FLAGS.rounds, steps, repeats, check, FLAGS.probe_out,
+        FLAGS.details,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

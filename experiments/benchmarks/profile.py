@@ -25,26 +25,37 @@ from typing import Any
 
 from absl import app, flags
 
-__all__ = ["hlo_lines", "kernel_table", "summarize_trace"]
+__all__ = ["hlo_lines", "kernel_details", "kernel_table", "summarize_trace"]
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("targets", ["tag_k10", "tag_a2c"], "workloads to profile (module docstring)")
-flags.DEFINE_integer("top", 25, "kernels to list per target")
-flags.DEFINE_bool("tiny", False, "tiny sizes (CPU check)")
-flags.DEFINE_string("trace_dir", "", "where traces go (default: a temporary folder)")
-flags.DEFINE_bool("auto_reset", True, "env-only targets: auto-reset finished envs")
-flags.DEFINE_integer("cartpole_envs", 1000, "cartpole_env: number of envs")
-flags.DEFINE_enum("reset_mode", "auto", ["auto", "select", "cond"], "cartpole_env: auto-reset mode")
-flags.DEFINE_string("impl", "auto", "Tag neighbour search: auto | jax | pallas")
-flags.DEFINE_string("step_impl", "auto", "Tag step: auto | xla | pallas | vector")
-flags.DEFINE_bool("fold", True, "env-only targets: the harness's output folds (time_env_steps)")
-flags.DEFINE_bool("hlo", True, "print the top kernels' HLO instructions")
-flags.DEFINE_multi_string(
-    "override",
-    [],
-    "training targets: a dotted config key and a Python literal, e.g. "
-    "--override=policies.tagger.shared_torso=True (repeatable)",
-)
+
+
+def define_flags() -> None:
+    """The script's flags (defined only when run as a program, so that other scripts
+    can import its functions)."""
+    flags.DEFINE_list("targets", ["tag_k10", "tag_a2c"], "workloads to profile (module docstring)")
+    flags.DEFINE_integer("top", 25, "kernels to list per target")
+    flags.DEFINE_bool("tiny", False, "tiny sizes (CPU check)")
+    flags.DEFINE_string("trace_dir", "", "where traces go (default: a temporary folder)")
+    flags.DEFINE_bool("auto_reset", True, "env-only targets: auto-reset finished envs")
+    flags.DEFINE_integer("cartpole_envs", 1000, "cartpole_env: number of envs")
+    flags.DEFINE_enum(
+        "reset_mode", "auto", ["auto", "select", "cond"], "cartpole_env: auto-reset mode"
+    )
+    flags.DEFINE_string("impl", "auto", "Tag neighbour search: auto | jax | pallas")
+    flags.DEFINE_string("step_impl", "auto", "Tag step: auto | xla | pallas | vector")
+    flags.DEFINE_bool("fold", True, "env-only targets: the harness's output folds (time_env_steps)")
+    flags.DEFINE_bool("hlo", True, "print the top kernels' HLO instructions")
+    flags.DEFINE_bool(
+        "details", True, "print the top device kernels' launch details (registers, occupancy)"
+    )
+    flags.DEFINE_multi_string(
+        "override",
+        [],
+        "training targets: a dotted config key and a Python literal, e.g. "
+        "--override=policies.tagger.shared_torso=True (repeatable)",
+    )
+
 
 TARGETS = (
     "tag_k10", "tag_full", "tag_big", "tag_a2c", "tag_ppo", "cartpole_a2c", "cartpole_env"
@@ -87,6 +98,30 @@ def summarize_trace(trace_dir: str) -> tuple[str, dict[str, tuple[float, int]]]:
                     add(line)
         kind = "host"
     return kind, {k: (v[0], int(v[1])) for k, v in totals.items()}
+
+
+def kernel_details(trace_dir: str) -> dict[str, dict[str, str]]:
+    """The profiler's stats of each device kernel's first launch in the newest trace under
+    ``trace_dir``: ``{name: {stat: value}}`` (on a GPU, CUPTI's ``kernel_details``:
+    registers per thread, shared memory, grid, block, theoretical occupancy). Empty when
+    the trace has no device plane."""
+    from jax.profiler import ProfileData
+
+    files = sorted(glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True))
+    if not files:
+        raise FileNotFoundError(f"no *.xplane.pb under {trace_dir!r}")
+    data = ProfileData.from_file(max(files, key=os.path.getmtime))
+    out: dict[str, dict[str, str]] = {}
+    for plane in data.planes:
+        if not plane.name.startswith("/device:"):
+            continue
+        for line in plane.lines:
+            if "XLA Ops" in line.name or "XLA Modules" in line.name or "Steps" in line.name:
+                continue
+            for ev in line.events:
+                if ev.name not in out:
+                    out[ev.name] = {str(k): str(v) for k, v in ev.stats}
+    return out
 
 
 def hlo_lines(hlo: str, totals: dict[str, tuple[float, int]], top: int) -> list[str]:
@@ -197,6 +232,15 @@ def main(argv: list[str]) -> None:
         )
         for line in kernel_table(totals, FLAGS.top):
             print(line, flush=True)
+        if FLAGS.details and kind == "device":
+            details = kernel_details(d)
+            print(f"\n-- {name}: the top kernels' launch details (first launch)")
+            for k, _ in sorted(totals.items(), key=lambda kv: -kv[1][0])[: FLAGS.top]:
+                stats = details.get(k, {})
+                text = stats.get("kernel_details") or "; ".join(
+                    f"{a}={b}" for a, b in stats.items()
+                )
+                print(f"{k[:60]}: {text[:300]}", flush=True)
         if FLAGS.hlo and rec.get("_hlo"):
             print(f"\n-- {name}: the top kernels' HLO instructions (result = op(operands))")
             for line in hlo_lines(rec["_hlo"], totals, FLAGS.top):
@@ -204,4 +248,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

@@ -89,9 +89,10 @@ def test_full_obs_lowers_to_triton(reciprocal: bool) -> None:
     assert _lowered_triton_calls(fn, feats, g) == 1
 
 
+@pytest.mark.parametrize("layout", knn_obs.LAYOUTS)
 @pytest.mark.parametrize("rows", [range(T, M), (0, 7, 3)])
 @pytest.mark.parametrize("reciprocal", [False, True])
-def test_knn_obs_lowers_to_triton(rows, reciprocal: bool) -> None:
+def test_knn_obs_lowers_to_triton(rows, reciprocal: bool, layout: str) -> None:
     x, y, g = _positions()
     feats = _feats(x, y, g)
     idx = jnp.broadcast_to(jnp.arange(K, dtype=jnp.int32), (N, M, K))
@@ -100,8 +101,9 @@ def test_knn_obs_lowers_to_triton(rows, reciprocal: bool) -> None:
 
     def fn(feats, idx, valid, g):
         one = lambda f, i, v, gg: knn_obs.knn_obs_pallas(
-            f, i, v, rows, scale, gg, jnp.float32(0.5), reciprocal=reciprocal, interpret=False
-        )
+            f, i, v, rows, scale, gg, jnp.float32(0.5), reciprocal=reciprocal,
+            interpret=False, layout=layout,
+        )  # fmt: skip
         return jax.vmap(one)(feats, idx, valid, g)
 
     assert _lowered_triton_calls(fn, feats, idx, valid, g) == 1
