@@ -106,6 +106,11 @@ OPAQUE_STORE = False
 #: transposed to ``[R, 8, next_pow2(k)]`` so that a row's lanes store its 71 values in
 #: output order).
 LAYOUTS = ("flat", "tile")
+#: Probe-only ablation of the flat kernel (`experiments.benchmarks.env_ab_probe`'s
+#: ``wablate``), giving wrong values, to time parts of it: ``"self"`` (no neighbour
+#: codes or neighbour gathers: every slot reads the observer's own row) or ``"const"``
+#: (no loads but the time: the stores alone).
+_ABLATE = ""
 LAYOUT = "flat"
 #: Rows per program of the ``"tile"`` layout (a power of two).
 TILE_ROWS = 8
@@ -242,7 +247,11 @@ def _knn_obs_kernel(
     s = c - f * k  # slot (0 in the time column)
     fc = jnp.minimum(f, NUM_FEATURES - 1)
     i = ids_ref[r] if lo is None else r + lo  # the observing agent
-    code = code_ref[i * k + s]
+    if _ABLATE == "const":
+        val = time_ref[0] + (e + s).astype(jnp.float32)
+        pl_triton.store(out_ref.at[pl.ds(e0, block)], val, mask=inside)
+        return
+    code = i if _ABLATE == "self" else code_ref[i * k + s]
     ok = code >= 0
     pad = i if raw else -1 - code  # an empty slot's idx (the masked value's sign of zero)
     j = jnp.clip(jnp.where(ok, code, pad), 0, m - 1)  # the neighbour

@@ -111,7 +111,9 @@ TABLE_ROW = 8
 #: (H200, 1000 × (10+100), the kernel alone in a scan: 256 elements with two warps
 #: 18.3 µs per step, 128 with one 20.9 µs; `experiments/benchmarks/NOTES.md`).
 DEFAULT_ELEMENTS = 256
-#: Default Triton warps per program (``None``: one per 128 elements, at most 4).
+#: Default Triton warps per program (``None``: one per 128 elements, at most 8). H200,
+#: 2000 × (5+995), one env of 1024 lanes per program: 4 warps 160 registers per thread
+#: and 80 µs per step, 8 warps 110 and 73.5 µs (2026-11-24 run 40).
 DEFAULT_WARPS: int | None = None
 #: Taggers up to this many are looped over statically (unrolled: the per-tagger row
 #: reductions overlap); more go through a `lax.fori_loop` over a table of their ids.
@@ -530,7 +532,7 @@ def tag_vector_step(
         the new state (`knn_obs._agent_major`'s layout).
       fence_products: stop FMA contraction of the step's product-plus-sum forms.
       envs_per_program: ``E`` (power of two; default ``max(1, DEFAULT_ELEMENTS // MP)``).
-      num_warps: Triton warps (default `DEFAULT_WARPS`, or ``max(1, min(4, E·MP // 128))``).
+      num_warps: Triton warps (default `DEFAULT_WARPS`, or ``max(1, min(8, E·MP // 128))``).
       interpret: Pallas interpret mode; ``None``: when the default backend is the CPU.
 
     Returns:
@@ -600,7 +602,7 @@ def tag_vector_step(
     be = min(be, _next_pow2(n))
     if num_warps is None:
         num_warps = DEFAULT_WARPS
-    warps = max(1, min(4, be * mp // 128)) if num_warps is None else int(num_warps)
+    warps = max(1, min(8, be * mp // 128)) if num_warps is None else int(num_warps)
     interpret = jax.default_backend() == "cpu" if interpret is None else bool(interpret)
     kind = np.zeros(m, np.int32)
     kind[list(ids)] = 1
