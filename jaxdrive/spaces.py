@@ -65,11 +65,7 @@ class Discrete(Space):
         `MultiDiscrete` does: exactly uniform for ``n`` a power of two up to 2^23 (``u``
         has 23 random bits), else off by at most ``n · 2^-23`` per value. One draw
         instead of `jax.random.randint`'s two (fewer kernels per env step)."""
-        return self.from_uniform(jax.random.uniform(key, tuple(batch_shape)))
-
-    def from_uniform(self, u: jax.Array) -> jax.Array:
-        """``[*batch]`` values from float32 uniforms ``u`` in ``[0, 1)`` of the same shape,
-        as `sample` maps its draws."""
+        u = jax.random.uniform(key, tuple(batch_shape))
         return jnp.minimum(jnp.floor(u * self.n), self.n - 1).astype(self.dtype)
 
     def contains(self, x: Any) -> jax.Array:
@@ -100,13 +96,8 @@ class MultiDiscrete(Space):
         self.dtype = dtype
 
     def sample(self, key: jax.Array, batch_shape: Sequence[int] = ()) -> jax.Array:
-        """Draws each component as `Discrete.sample` does."""
         shape = (*tuple(batch_shape), *self.shape)
-        return self.from_uniform(jax.random.uniform(key, shape))
-
-    def from_uniform(self, u: jax.Array) -> jax.Array:
-        """``[*batch, len(nvec)]`` values from float32 uniforms ``u`` in ``[0, 1)`` of the
-        same shape, as `sample` maps its draws."""
+        u = jax.random.uniform(key, shape)
         hi = jnp.asarray(self.nvec, jnp.float32)
         return jnp.minimum(jnp.floor(u * hi), hi - 1).astype(self.dtype)
 

@@ -21,7 +21,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
 
 from jaxdrive.env import Env
@@ -29,7 +28,6 @@ from jaxdrive.types import TimeStep
 from jaxdrive.wrappers import ResetPool, merge_reset, select_tree
 
 __all__ = [
-    "JOINT_DRAW",
     "SELECT_RESET_MAX_ENVS",
     "RolloutResult",
     "VecEnv",
@@ -214,43 +212,17 @@ def split_step_key(key: jax.Array, num_envs: int) -> tuple[jax.Array, jax.Array]
     return keys[0], keys[1]
 
 
-#: `random_policy` with several groups of discrete actions: one uniform draw for all of
-#: them, sliced per group (one RNG kernel per step), instead of a key split and one draw
-#: per group. Either way each action is uniform and independent of the others.
-JOINT_DRAW = True
-
-
 @functools.lru_cache(maxsize=64)
 def random_policy(env: Env) -> PolicyFn:
-    """A policy drawing uniform actions: ``(key, obs {g: [N, A_g, ...]}) -> actions``.
-
-    When every group's action space is discrete (`spaces.Discrete`, `spaces.MultiDiscrete`)
-    and `JOINT_DRAW` is set, one ``[N, Σ_g A_g·|a_g|]`` float32 uniform draw serves all
-    groups (each space's `from_uniform` maps its slice); otherwise each group draws with
-    its space's ``sample`` from its own split of ``key``."""
-    groups = tuple(env.groups)
-    spaces_ = [env.action_space(g) for g in groups]
-    sizes = [
-        env.num_agents(g) * int(np.prod(sp.shape, dtype=np.int64))
-        for g, sp in zip(groups, spaces_, strict=True)
-    ]
+    """A policy drawing uniform actions: ``(key, obs {g: [N, A_g, ...]}) -> actions``."""
 
     def policy(key: jax.Array, obs: dict[str, jax.Array]) -> dict[str, jax.Array]:
         n = next(iter(obs.values())).shape[0]
-        joint = JOINT_DRAW and all(hasattr(sp, "from_uniform") for sp in spaces_)
-        if joint and len(groups) > 1:
-            u = jax.random.uniform(key, (n, sum(sizes)))
-            out, lo = {}, 0
-            for g, sp, size in zip(groups, spaces_, sizes, strict=True):
-                part = u[:, lo : lo + size].reshape(n, env.num_agents(g), *sp.shape)
-                out[g] = sp.from_uniform(part)
-                lo += size
-            return out
         # one group: its key as given (a split is a kernel launch of its own per step)
-        keys = [key] if len(groups) == 1 else jax.random.split(key, len(groups))
+        keys = [key] if len(env.groups) == 1 else jax.random.split(key, len(env.groups))
         return {
-            g: sp.sample(k, (n, env.num_agents(g)))
-            for g, sp, k in zip(groups, spaces_, keys, strict=True)
+            g: env.action_space(g).sample(k, (n, env.num_agents(g)))
+            for g, k in zip(env.groups, keys, strict=True)
         }
 
     return policy

@@ -62,42 +62,6 @@ def test_box_unbounded_sample_is_finite():
     assert bool(jnp.all(jnp.isfinite(x))) and bool(space.contains(x))
 
 
-def test_random_policy_joint_draw(monkeypatch):
-    """Tag's two groups of `MultiDiscrete` actions: the one-draw policy
-    (`jaxdrive.vector.JOINT_DRAW`) gives in-range, deterministic actions whose components
-    are uniform (chi-square bound on 64 envs × 12 agents) and independent across groups
-    and components; the per-group form gives the same shapes and dtypes."""
-    env, _ = jaxdrive.make("tag_continuous", num_taggers=2, num_runners=10)
-    obs = {g: jnp.zeros((64, env.num_agents(g), 1)) for g in env.groups}
-    pol = jaxdrive.random_policy(env)
-    a1 = pol(jax.random.key(0), obs)
-    a2 = pol(jax.random.key(0), obs)
-    jaxdrive.testing.assert_trees_equal(a1, a2, "same key")
-    both = []
-    for g in env.groups:
-        space = env.action_space(g)
-        assert a1[g].shape == (64, env.num_agents(g), 2) and a1[g].dtype == space.dtype
-        assert bool(space.contains(a1[g]))
-        both.append(np.asarray(a1[g]).reshape(-1, 2))
-    draws = np.concatenate(both)  # [64 · 12, 2]
-    for c, n in enumerate(env.action_space(env.groups[0]).nvec):
-        counts = np.bincount(draws[:, c], minlength=n)
-        expected = len(draws) / n
-        chi2 = float(((counts - expected) ** 2 / expected).sum())
-        assert chi2 < 3 * n + 30, (c, counts)
-    # The two groups' slices and the two components are different draws.
-    assert not np.array_equal(both[0][: len(both[0])], both[1][: len(both[0])])
-    assert not np.array_equal(draws[:, 0], draws[:, 1])
-    monkeypatch.setattr(jaxdrive.vector, "JOINT_DRAW", False)
-    a3 = jaxdrive.random_policy.__wrapped__(env)(jax.random.key(0), obs)
-    for g in env.groups:
-        assert a3[g].shape == a1[g].shape and a3[g].dtype == a1[g].dtype
-    space = MultiDiscrete([3, 5])
-    u = jnp.asarray([[0.0, 0.999999], [0.5, 0.2]])
-    np.testing.assert_array_equal(np.asarray(space.from_uniform(u)), [[0, 4], [1, 1]])
-    np.testing.assert_array_equal(np.asarray(Discrete(4).from_uniform(u[0])), [0, 3])
-
-
 def test_bad_spaces():
     with pytest.raises(ValueError, match="n >= 1"):
         Discrete(0)

@@ -78,9 +78,8 @@ from environments.tag_continuous.full_obs import (
 __all__ = [
     "DEFAULT_BLOCK",
     "IMPLS",
-    "LAYOUT",
-    "LAYOUTS",
-    "TILE_ROWS",
+    "SCALE_FORM",
+    "SCALE_FORMS",
     "knn_obs",
     "knn_obs_pallas",
     "knn_obs_xla",
@@ -99,21 +98,16 @@ DEFAULT_WARPS = None
 #: lanes of one instruction then hold consecutive elements (neighbouring slots of a row)
 #: rather than every fourth. Same values.
 OPAQUE_STORE = False
-#: How the Pallas writer lays out its work (same values either way): ``"flat"``
-#: (`_knn_obs_kernel`: blocks of ``B`` consecutive output elements, one per lane, five
-#: gathers each) or ``"tile"`` (`_knn_obs_tile_kernel`: ``TILE_ROWS`` rows per program
-#: as ``[R, next_pow2(k), 8]`` tiles, each neighbour's 32-byte table row one vector load,
-#: transposed to ``[R, 8, next_pow2(k)]`` so that a row's lanes store its 71 values in
-#: output order).
-LAYOUTS = ("flat", "tile")
+#: Where each element's scale comes from: ``"gather"`` (``scale[f]``, a load per element)
+#: or ``"select"`` (the 7 scale values loaded once per program, picked by a chain of
+#: selects: no per-element load, 12 more arithmetic instructions). Same values.
+SCALE_FORMS = ("gather", "select")
+SCALE_FORM = "gather"
 #: Probe-only ablation of the flat kernel (`experiments.benchmarks.env_ab_probe`'s
 #: ``wablate``), giving wrong values, to time parts of it: ``"self"`` (no neighbour
 #: codes or neighbour gathers: every slot reads the observer's own row) or ``"const"``
 #: (no loads but the time: the stores alone).
 _ABLATE = ""
-LAYOUT = "flat"
-#: Rows per program of the ``"tile"`` layout (a power of two).
-TILE_ROWS = 8
 
 _RELATIVE = np.array([1] * NUM_RELATIVE + [0] * (NUM_FEATURES - NUM_RELATIVE), np.float32)
 
@@ -258,7 +252,12 @@ def _knn_obs_kernel(
     other = table_ref[j * _ROW + fc]
     own = table_ref[i * _ROW + fc]
     g_own = table_ref[i * _ROW + NUM_FEATURES]
-    sc = scale_ref[fc]
+    if SCALE_FORM == "select":
+        sc = jnp.full(fc.shape, scale_ref[NUM_FEATURES - 1], jnp.float32)
+        for g in range(NUM_FEATURES - 2, -1, -1):
+            sc = jnp.where(fc == g, scale_ref[g], sc)
+    else:
+        sc = scale_ref[fc]
     rel = (f < NUM_RELATIVE).astype(jnp.float32)
     mask = jnp.where(ok, g_own, jnp.float32(0.0))  # valid & in_game[i], as 1.0 / 0.0
     diff = other - own * rel
@@ -272,60 +271,6 @@ def _knn_obs_kernel(
     if OPAQUE_STORE:  # t/E >= 0, so this adds 0; the compiler cannot know it
         e0 = e0 + (time_ref[0] < jnp.float32(-1.0)).astype(jnp.int32)
     pl_triton.store(out_ref.at[pl.ds(e0, block)], val, mask=inside)
-
-
-def _knn_obs_tile_kernel(
-    table_ref, code_ref, scale_ref, time_ref, *refs, m, k, n, lo, rows, reciprocal, raw,
-    interpret,
-):  # fmt: skip
-    """``R = rows`` consecutive observation rows of one env (`LAYOUT` ``"tile"``).
-
-    Loads each ``(row, slot)``'s neighbour table row (`_agent_major`: 8 floats, one
-    32-byte sector) into ``[R, KP, 8]`` (``KP = next_pow2(k)`` slots, those past ``k``
-    masked), computes the values there, and stores them transposed, ``[R, 8, KP]``:
-    element ``(r, f, s)`` goes to column ``f·k + s``, so the valid lanes of a row are its
-    ``7k`` feature columns in order, and ``(r, 7, 0)`` is the time column ``7k``. The
-    arithmetic is `_knn_obs_kernel`'s, element for element. Refs as `_knn_obs_kernel`'s.
-    """
-    if lo is None:
-        ids_ref, out_ref = refs
-    else:
-        (out_ref,) = refs
-    d = obs_size(k)
-    kp = _next_pow2(k)
-    rr = pl.program_id(0) * rows + lax.broadcasted_iota(jnp.int32, (rows,), 0)  # [R]
-    inside = rr < n
-    rc = jnp.minimum(rr, n - 1)  # loads stay in range past the end
-    i = ids_ref[rc] if lo is None else rc + lo  # [R] the observing agents
-    s = lax.broadcasted_iota(jnp.int32, (1, kp), 1)  # [1, KP] slot
-    code = code_ref[i[:, None] * k + jnp.minimum(s, k - 1)]  # [R, KP]
-    ok = code >= 0
-    pad = i[:, None] if raw else -1 - code  # an empty slot's idx
-    j = jnp.clip(jnp.where(ok, code, pad), 0, m - 1)  # [R, KP] the neighbours
-    f = lax.broadcasted_iota(jnp.int32, (1, 1, _ROW), 2)  # [1, 1, 8] feature
-    other = table_ref[j[:, :, None] * _ROW + f]  # [R, KP, 8]
-    own = table_ref[i[:, None, None] * _ROW + f]  # [R, 1, 8]
-    g_own = table_ref[i * _ROW + NUM_FEATURES]  # [R]
-    sc = scale_ref[jnp.minimum(f, NUM_FEATURES - 1)]  # [1, 1, 8]
-    rel = (f < NUM_RELATIVE).astype(jnp.float32)
-    mask = jnp.where(ok, g_own[:, None], jnp.float32(0.0))  # [R, KP]
-    diff = other - own * rel
-    if reciprocal:
-        q = diff * sc
-    elif interpret:
-        q = diff / sc
-    else:
-        q = _div_rn(diff, jnp.broadcast_to(sc, diff.shape))
-    val = jnp.transpose(q * mask[:, :, None], (0, 2, 1))  # [R, 8, KP]
-    f2 = lax.broadcasted_iota(jnp.int32, (1, _ROW, 1), 1)
-    s2 = lax.broadcasted_iota(jnp.int32, (1, 1, kp), 2)
-    time_col = (f2 == NUM_FEATURES) & (s2 == 0)
-    val = jnp.where(time_col, time_ref[0] * g_own[:, None, None], val)
-    keep = inside[:, None, None] & (((f2 < NUM_FEATURES) & (s2 < k)) | time_col)
-    # Masked lanes point past the end: on GPU they store nothing; in interpret mode a
-    # masked store writes the old value back, which must not land on a written element.
-    at = jnp.where(keep, rc[:, None, None] * d + f2 * k + s2, n * d)
-    pl_triton.store(out_ref.at[at], val, mask=keep)
 
 
 def knn_obs_pallas(
@@ -342,7 +287,6 @@ def knn_obs_pallas(
     num_warps: int | None = None,
     interpret: bool | None = None,
     table: jax.Array | None = None,
-    layout: str | None = None,
 ) -> jax.Array:
     """The Pallas (Triton) kernel: ``[n, 7k+1]`` float32, written once in its final layout.
 
@@ -356,8 +300,6 @@ def knn_obs_pallas(
         prepends the env axis under `jax.vmap`).
       num_warps: Triton warps (default `DEFAULT_WARPS`, else ``max(1, min(4, B // 256))``).
       interpret: Pallas interpret mode; ``None``: only when the default backend is CPU.
-      layout: `LAYOUTS` (default `LAYOUT`); ``"tile"`` takes `TILE_ROWS` rows per program
-        and ignores ``block_size``.
       table: the agent-major feature table ``[8M]`` (`_agent_major(feats, in_game)`), if
         already built (the batched Tag step writes it); ``feats`` then gives shapes only.
     """
@@ -387,25 +329,21 @@ def knn_obs_pallas(
     ]
     if lo is None:
         args.append(jnp.asarray(ids))
-    layout = LAYOUT if layout is None else layout
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    common = dict(m=m, k=k, n=n, lo=lo, reciprocal=reciprocal, raw=valid is None)
-    if layout == "tile":
-        rows_per = _check_block("TILE_ROWS", TILE_ROWS)
-        kernel = functools.partial(
-            _knn_obs_tile_kernel, rows=rows_per, interpret=interpret, **common
-        )
-        grid = (pl.cdiv(n, rows_per),)
-        if num_warps is None:
-            warps = max(1, min(4, rows_per * _next_pow2(k) * _ROW // 256))
-    else:
-        kernel = functools.partial(_knn_obs_kernel, block=block, interpret=interpret, **common)
-        grid = (pl.cdiv(total, block),)
+    kernel = functools.partial(
+        _knn_obs_kernel,
+        m=m,
+        k=k,
+        n=n,
+        lo=lo,
+        block=block,
+        reciprocal=reciprocal,
+        raw=valid is None,
+        interpret=interpret,
+    )
     out = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((total,), jnp.float32),
-        grid=grid,
+        grid=(pl.cdiv(total, block),),
         compiler_params=pl_triton.CompilerParams(num_warps=warps, num_stages=1),
         cost_estimate=pl.CostEstimate(
             flops=int(5 * total),

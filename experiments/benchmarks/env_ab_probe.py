@@ -11,10 +11,9 @@ module defaults read when the env is traced (`SETTINGS`: ``chunk`` =
 `kernels.CHUNK_SIZE`, ``unroll`` = `kernels.BRUTE_UNROLL`, ``sunroll`` =
 `kernels.SORTED_UNROLL`, ``network`` = `kernels.PACKED_NETWORK`, ``sort`` =
 `kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``wwarps`` =
-`knn_obs.DEFAULT_WARPS`, ``opaque`` = `knn_obs.OPAQUE_STORE`, ``wlayout`` =
-`knn_obs.LAYOUT`, ``wrows`` = `knn_obs.TILE_ROWS`, the probe-only ablation ``wablate``
-= `knn_obs._ABLATE` (wrong values), ``jdraw`` = `jaxdrive.vector.JOINT_DRAW`, ``hkeys``
-= `timing.PRESPLIT_KEYS`, ``prep`` =
+`knn_obs.DEFAULT_WARPS`, ``opaque`` = `knn_obs.OPAQUE_STORE`, ``wscale`` =
+`knn_obs.SCALE_FORM`, the probe-only ablation ``wablate``
+= `knn_obs._ABLATE` (wrong values), ``prep`` =
 `kernels.PREP_IMPL`, ``psort`` = `kernels.PREP_SORT`, ``psbits`` =
 `kernels.PREP_SORT_BITS`, ``sblock`` = `kernels.SORTED_BLOCK_ROWS`, ``prepick`` =
 `kernels.SORTED_PREPICK`, ``lanetest`` = `kernels.SORTED_LANE_TEST`, ``order`` =
@@ -50,10 +49,8 @@ from absl import app, flags
 
 from environments.tag_continuous import env as tag_env
 from environments.tag_continuous import kernels, knn_obs, vector_step
-from experiments.benchmarks import timing
 from experiments.benchmarks.knn_obs_probe import check_states, compare, make_env, parse_config
 from experiments.benchmarks.timing import append_jsonl, device_info, time_env_steps
-from jaxdrive import vector
 
 __all__ = ["define_flags", "parse_variant", "probe", "run_variant"]
 
@@ -72,8 +69,7 @@ SETTINGS = {
     "block": (knn_obs, "DEFAULT_BLOCK", "pow2"),  # observation writer: elements per program
     "wwarps": (knn_obs, "DEFAULT_WARPS", "pow2"),  # observation writer: Triton warps
     "opaque": (knn_obs, "OPAQUE_STORE", "bool"),  # observation writer: unvectorised store
-    "wlayout": (knn_obs, "LAYOUT", knn_obs.LAYOUTS),  # observation writer: flat / tile
-    "wrows": (knn_obs, "TILE_ROWS", "pow2"),  # observation writer (tile): rows per program
+    "wscale": (knn_obs, "SCALE_FORM", knn_obs.SCALE_FORMS),  # writer: scale gather / select
     "wablate": (knn_obs, "_ABLATE", ("", "self", "const")),  # writer ablation: wrong values
     "prep": (kernels, "PREP_IMPL", kernels.PREP_IMPLS),  # sorted search's preparation
     "psort": (kernels, "PREP_SORT", kernels.PREP_SORTS),  # its curve order: xla / kernel
@@ -89,8 +85,6 @@ SETTINGS = {
     "skip": (kernels, "PACKED_SKIP_DISTINCT", "bool"),  # packed search: re-sort's skip
     "pwarps": (kernels, "PREP_WARPS", "pow2"),  # sorted search's preparation: Triton warps
     "fallback": (kernels, "_SORTED_EXACT_FALLBACK", "bool"),  # ablation: 0 = wrong lists
-    "jdraw": (vector, "JOINT_DRAW", "bool"),  # random policy: one draw for all groups
-    "hkeys": (timing, "PRESPLIT_KEYS", "bool"),  # harness: step keys split before the scan
     "step": (None, "step_impl", ("auto", "xla", "pallas", "vector")),  # env's step_impl
     "fold": (None, "fold", ("1", "0")),  # the harness's output folds
 }

@@ -11,9 +11,7 @@ column and the done flags into a scalar of the carry: extra reductions that cost
 harness ≈ 15% of a Tag step at 1000 × (10+100) on an H200
 (`experiments/benchmarks/NOTES.md`); ``fold=False`` times the env's own work only.
 Compile is excluded; the figure is the median over ``repeats`` timed calls, each ended by
-``block_until_ready``. No host transfer happens inside a timed call. Since 2026-11-24's
-run 43 the step keys are split before the scan (`PRESPLIT_KEYS`), and Tag's two groups
-draw their actions in one RNG call (`jaxdrive.vector.JOINT_DRAW`).
+``block_until_ready``. No host transfer happens inside a timed call.
 """
 
 from __future__ import annotations
@@ -33,7 +31,6 @@ import jax.numpy as jnp
 import jaxdrive
 
 __all__ = [
-    "PRESPLIT_KEYS",
     "append_jsonl",
     "device_info",
     "peak_memory_bytes",
@@ -41,11 +38,6 @@ __all__ = [
     "time_compiled",
     "time_env_steps",
 ]
-
-#: Env-only stepping: split the scan's keys into ``[T, 2]`` (each step's action and env
-#: keys) before the scan, rather than splitting each step's key inside it (one launch
-#: per step on a GPU). Same kind of draws; different values.
-PRESPLIT_KEYS = True
 
 
 def device_info() -> dict[str, Any]:
@@ -127,10 +119,7 @@ def time_env_steps(
     def run(key, state, ts):
         def body(carry, k):
             state, ts, acc = carry
-            if PRESPLIT_KEYS:  # k: [2] keys, split with the others before the scan
-                k_act, k_env = k[0], k[1]
-            else:
-                k_act, k_env = jax.random.split(k)
+            k_act, k_env = jax.random.split(k)
             actions = policy(k_act, ts.obs)
             state, ts = venv.step(k_env, state, actions, params)
             if fold:
@@ -139,7 +128,7 @@ def time_env_steps(
                 acc = acc + jnp.sum(ts.done)
             return (state, ts, acc), None
 
-        keys = jax.random.split(key, (num_steps, 2) if PRESPLIT_KEYS else num_steps)
+        keys = jax.random.split(key, num_steps)
         (state, ts, acc), _ = jax.lax.scan(body, (state, ts, jnp.zeros((), jnp.float32)), keys)
         return state, ts, acc
 

@@ -224,19 +224,16 @@ def test_kernel_on_any_neighbour_lists() -> None:
 
     for what, (idx, valid) in lists.items():
         ref = np.asarray(obs(s, p, idx, valid, rows_all, "xla"))
-        tile = (("layout", "tile"),)
-        for opts in ((), (("block_size", 32),), (("block_size", 4096), ("num_warps", 8)), tile):
+        for opts in ((), (("block_size", 32),), (("block_size", 4096), ("num_warps", 8))):
             got = obs(s, p, idx, valid, rows_all, "pallas", opts)
             assert_bitwise(got, ref, f"{what} {opts}")
         rows = (7, 3, 23, 0)
-        for opts in ((("block_size", 64),), tile):
-            got = obs(s, p, idx, valid, rows, "pallas", opts)
-            assert_bitwise(got, ref[list(rows)], f"{what} rows {rows} {opts}")
+        got = obs(s, p, idx, valid, rows, "pallas", (("block_size", 64),))
+        assert_bitwise(got, ref[list(rows)], f"{what} rows {rows}")
         assert_bitwise(obs(s, p, idx, valid, rows, "xla"), ref[list(rows)], f"{what} xla rows")
+    got = obs(s, p, *lists["jax"], rows_all, "pallas", (("reciprocal", False),))
     ref = np.asarray(obs(s, p, *lists["jax"], rows_all, "xla"))
-    for opts in ((), (("layout", "tile"),)):
-        got = obs(s, p, *lists["jax"], rows_all, "pallas", (("reciprocal", False), *opts))
-        np.testing.assert_allclose(np.asarray(got), ref, rtol=2.4e-7, atol=0)
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=2.4e-7, atol=0)
     # The kernels' own lists (-1 in empty slots, valid=None), as the env passes them.
     for method in ("brute", "sorted"):
         raw = kernels.nearest_k_lists(s.x, s.y, s.in_game, k, method=method)
@@ -246,9 +243,6 @@ def test_kernel_on_any_neighbour_lists() -> None:
         for form in ko.IMPLS:
             got = obs(s, p, raw, None, rows_all, form, (("block_size", 64),) * (form != "xla"))
             assert_bitwise(got, ref, f"{method} lists, {form}")
-            if form == "pallas":
-                got = obs(s, p, raw, None, rows_all, form, (("layout", "tile"),))
-                assert_bitwise(got, ref, f"{method} lists, tile layout")
             got = obs(s, p, raw, None, (7, 3, 23, 0), form)
             assert_bitwise(got, ref[[7, 3, 23, 0]], f"{method} lists, {form}, rows")
 
@@ -342,9 +336,9 @@ def test_probe_smoke() -> None:
 
 
 def test_writer_store_and_warp_options_keep_the_values(monkeypatch) -> None:
-    """`knn_obs.OPAQUE_STORE`, `knn_obs.DEFAULT_WARPS` and the ``"tile"`` `knn_obs.LAYOUT`
-    (any `knn_obs.TILE_ROWS`) change how the kernel works and stores, never what: the
-    same bits as the default writer (interpret mode)."""
+    """`knn_obs.OPAQUE_STORE`, `knn_obs.DEFAULT_WARPS` and `knn_obs.SCALE_FORM` change how
+    the kernel stores or gets the scale, never what: the same bits as the default writer
+    (interpret mode)."""
     env = _env("4+20_k10", "pallas")
     rng = np.random.default_rng(5)
     p = _params(rng)
@@ -359,11 +353,5 @@ def test_writer_store_and_warp_options_keep_the_values(monkeypatch) -> None:
     monkeypatch.setattr(ko, "OPAQUE_STORE", True)
     monkeypatch.setattr(ko, "DEFAULT_WARPS", 8)
     assert_bitwise(call(), ref, "opaque store, 8 warps")
-    monkeypatch.setattr(ko, "LAYOUT", "tile")
-    for rows in (1, 4, 32):  # one row per program; a masked tail (20 rows); one program
-        monkeypatch.setattr(ko, "TILE_ROWS", rows)
-        assert_bitwise(call(), ref, f"tile layout, {rows} rows per program")
-    with pytest.raises(ValueError, match="layout must be one of"):
-        ko.knn_obs_pallas(
-            feats, lists, None, range(4), scale, s.in_game, jnp.float32(0.3), layout="rows"
-        )
+    monkeypatch.setattr(ko, "SCALE_FORM", "select")
+    assert_bitwise(call(), ref, "scale by selects")

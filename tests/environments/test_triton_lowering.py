@@ -89,10 +89,9 @@ def test_full_obs_lowers_to_triton(reciprocal: bool) -> None:
     assert _lowered_triton_calls(fn, feats, g) == 1
 
 
-@pytest.mark.parametrize("layout", knn_obs.LAYOUTS)
 @pytest.mark.parametrize("rows", [range(T, M), (0, 7, 3)])
 @pytest.mark.parametrize("reciprocal", [False, True])
-def test_knn_obs_lowers_to_triton(rows, reciprocal: bool, layout: str) -> None:
+def test_knn_obs_lowers_to_triton(rows, reciprocal: bool) -> None:
     x, y, g = _positions()
     feats = _feats(x, y, g)
     idx = jnp.broadcast_to(jnp.arange(K, dtype=jnp.int32), (N, M, K))
@@ -101,9 +100,8 @@ def test_knn_obs_lowers_to_triton(rows, reciprocal: bool, layout: str) -> None:
 
     def fn(feats, idx, valid, g):
         one = lambda f, i, v, gg: knn_obs.knn_obs_pallas(
-            f, i, v, rows, scale, gg, jnp.float32(0.5), reciprocal=reciprocal,
-            interpret=False, layout=layout,
-        )  # fmt: skip
+            f, i, v, rows, scale, gg, jnp.float32(0.5), reciprocal=reciprocal, interpret=False
+        )
         return jax.vmap(one)(feats, idx, valid, g)
 
     assert _lowered_triton_calls(fn, feats, idx, valid, g) == 1
@@ -196,9 +194,11 @@ def test_sorted_search_with_xla_preparation_lowers_to_triton(monkeypatch) -> Non
     assert _lowered_triton_calls(fn, x, y, g) == 1
 
 
+@pytest.mark.parametrize("scale_form", knn_obs.SCALE_FORMS)
 @pytest.mark.parametrize("opaque", [False, True])
-def test_knn_obs_opaque_store_lowers_to_triton(monkeypatch, opaque: bool) -> None:
+def test_knn_obs_opaque_store_lowers_to_triton(monkeypatch, opaque: bool, scale_form) -> None:
     monkeypatch.setattr(knn_obs, "OPAQUE_STORE", opaque)
+    monkeypatch.setattr(knn_obs, "SCALE_FORM", scale_form)
     x, y, g = _positions()
     feats = _feats(x, y, g)
     lists = jnp.zeros((N, M, K), jnp.int32)
