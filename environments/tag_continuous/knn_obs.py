@@ -78,8 +78,6 @@ from environments.tag_continuous.full_obs import (
 __all__ = [
     "DEFAULT_BLOCK",
     "IMPLS",
-    "SCALE_FORM",
-    "SCALE_FORMS",
     "knn_obs",
     "knn_obs_pallas",
     "knn_obs_xla",
@@ -98,11 +96,6 @@ DEFAULT_WARPS = None
 #: lanes of one instruction then hold consecutive elements (neighbouring slots of a row)
 #: rather than every fourth. Same values.
 OPAQUE_STORE = False
-#: Where each element's scale comes from: ``"gather"`` (``scale[f]``, a load per element)
-#: or ``"select"`` (the 7 scale values loaded once per program, picked by a chain of
-#: selects: no per-element load, 12 more arithmetic instructions). Same values.
-SCALE_FORMS = ("gather", "select")
-SCALE_FORM = "gather"
 #: Probe-only ablation of the flat kernel (`experiments.benchmarks.env_ab_probe`'s
 #: ``wablate``), giving wrong values, to time parts of it: ``"self"`` (no neighbour
 #: codes or neighbour gathers: every slot reads the observer's own row) or ``"const"``
@@ -252,12 +245,7 @@ def _knn_obs_kernel(
     other = table_ref[j * _ROW + fc]
     own = table_ref[i * _ROW + fc]
     g_own = table_ref[i * _ROW + NUM_FEATURES]
-    if SCALE_FORM == "select":
-        sc = jnp.full(fc.shape, scale_ref[NUM_FEATURES - 1], jnp.float32)
-        for g in range(NUM_FEATURES - 2, -1, -1):
-            sc = jnp.where(fc == g, scale_ref[g], sc)
-    else:
-        sc = scale_ref[fc]
+    sc = scale_ref[fc]
     rel = (f < NUM_RELATIVE).astype(jnp.float32)
     mask = jnp.where(ok, g_own, jnp.float32(0.0))  # valid & in_game[i], as 1.0 / 0.0
     diff = other - own * rel

@@ -11,9 +11,8 @@ module defaults read when the env is traced (`SETTINGS`: ``chunk`` =
 `kernels.CHUNK_SIZE`, ``unroll`` = `kernels.BRUTE_UNROLL`, ``sunroll`` =
 `kernels.SORTED_UNROLL`, ``network`` = `kernels.PACKED_NETWORK`, ``sort`` =
 `kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``wwarps`` =
-`knn_obs.DEFAULT_WARPS`, ``opaque`` = `knn_obs.OPAQUE_STORE`, ``wscale`` =
-`knn_obs.SCALE_FORM`, the probe-only ablation ``wablate``
-= `knn_obs._ABLATE` (wrong values), ``prep`` =
+`knn_obs.DEFAULT_WARPS`, ``opaque`` = `knn_obs.OPAQUE_STORE`, the probe-only
+ablation ``wablate`` = `knn_obs._ABLATE` (wrong values), ``prep`` =
 `kernels.PREP_IMPL`, ``psort`` = `kernels.PREP_SORT`, ``psbits`` =
 `kernels.PREP_SORT_BITS`, ``sblock`` = `kernels.SORTED_BLOCK_ROWS`, ``prepick`` =
 `kernels.SORTED_PREPICK`, ``lanetest`` = `kernels.SORTED_LANE_TEST`, ``order`` =
@@ -69,7 +68,6 @@ SETTINGS = {
     "block": (knn_obs, "DEFAULT_BLOCK", "pow2"),  # observation writer: elements per program
     "wwarps": (knn_obs, "DEFAULT_WARPS", "pow2"),  # observation writer: Triton warps
     "opaque": (knn_obs, "OPAQUE_STORE", "bool"),  # observation writer: unvectorised store
-    "wscale": (knn_obs, "SCALE_FORM", knn_obs.SCALE_FORMS),  # writer: scale gather / select
     "wablate": (knn_obs, "_ABLATE", ("", "self", "const")),  # writer ablation: wrong values
     "prep": (kernels, "PREP_IMPL", kernels.PREP_IMPLS),  # sorted search's preparation
     "psort": (kernels, "PREP_SORT", kernels.PREP_SORTS),  # its curve order: xla / kernel

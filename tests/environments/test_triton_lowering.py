@@ -194,11 +194,9 @@ def test_sorted_search_with_xla_preparation_lowers_to_triton(monkeypatch) -> Non
     assert _lowered_triton_calls(fn, x, y, g) == 1
 
 
-@pytest.mark.parametrize("scale_form", knn_obs.SCALE_FORMS)
 @pytest.mark.parametrize("opaque", [False, True])
-def test_knn_obs_opaque_store_lowers_to_triton(monkeypatch, opaque: bool, scale_form) -> None:
+def test_knn_obs_opaque_store_lowers_to_triton(monkeypatch, opaque: bool) -> None:
     monkeypatch.setattr(knn_obs, "OPAQUE_STORE", opaque)
-    monkeypatch.setattr(knn_obs, "SCALE_FORM", scale_form)
     x, y, g = _positions()
     feats = _feats(x, y, g)
     lists = jnp.zeros((N, M, K), jnp.int32)
