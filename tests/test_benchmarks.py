@@ -144,10 +144,11 @@ def test_train_suite_dense_impl_applies_to_bfloat16_tag_policies(monkeypatch):
     assert all(r["env_steps_per_s"] > 0 for r in recs)
 
 
-def test_env_ab_probe_tiny(tmp_path, monkeypatch):
+def test_env_ab_probe_tiny(tmp_path, monkeypatch, capsys):
     """`env_ab_probe` times its variants in interleaved rounds, finds their observations
     equal (the writer forms and the kernel settings compute the same function), restores
-    the module defaults, and rejects malformed variants."""
+    the module defaults, prints each variant's traced kernels with ``details``, and
+    rejects malformed variants."""
     import pytest
 
     from environments.tag_continuous import kernels, knn_obs
@@ -163,31 +164,70 @@ def test_env_ab_probe_tiny(tmp_path, monkeypatch):
     assert env_ab_probe.parse_variant("pallas/network=insert/draws=0") == (
         "pallas", (("network", "insert"), ("draws", False))
     )  # fmt: skip
+    assert env_ab_probe.parse_variant("pallas/fallback=0/wablate=const") == (
+        "pallas", (("fallback", False), ("wablate", "const"))
+    )  # fmt: skip
     bad = (
         "rows", "pallas/chunk=6", "pallas/unroll=x", "pallas/sort=radix", "pallas/lanes=4",
         "pallas/step=cuda", "pallas/fold=2", "pallas/warps=3", "pallas/draws=yes",
-        "pallas/network=bubble",
+        "pallas/network=bubble", "pallas/pwarps=6", "pallas/wablate=all",
     )  # fmt: skip
     for text in bad:
         with pytest.raises(ValueError, match="variant must be|power of two|one of|unknown|1 or 0"):
             env_ab_probe.parse_variant(text)
     with pytest.raises(ValueError, match="rounds"):
         env_ab_probe.probe([(2, 1, 3)], [("xla", ())], 2, 0, 1, 1, 0)
-    defaults = kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL, kernels.SORT_KEYS, knn_obs.DEFAULT_BLOCK
+    defaults = (
+        kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL, kernels.SORT_KEYS, knn_obs.DEFAULT_BLOCK,
+        kernels.PREP_WARPS,
+    )  # fmt: skip
     out = tmp_path / "ab.jsonl"
     # The sorted search from 8 agents (default 256), so chunk and sort are exercised.
     monkeypatch.setattr(kernels, "SORTED_MIN_AGENTS", 8)
     settings = (("chunk", 4), ("unroll", 2), ("sort", "argsort"), ("block", 64))
     settings += (("step", "vector"), ("fold", "0"), ("elements", 64), ("draws", False))
+    settings += (("pwarps", 2),)
     variants = [("xla", (("chunk", 16),)), ("pallas", settings)]
-    recs = env_ab_probe.probe([(2, 2, 18)], variants, 2, 2, 2, 1, 2, str(out))
-    now = kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL, kernels.SORT_KEYS, knn_obs.DEFAULT_BLOCK
+    capsys.readouterr()
+    recs = env_ab_probe.probe([(2, 2, 18)], variants, 2, 2, 2, 1, 2, str(out), details=True)
+    printed = capsys.readouterr().out
+    assert printed.count("us/step") >= 2, printed  # each variant's traced kernels (round 1)
+    now = (
+        kernels.CHUNK_SIZE, kernels.BRUTE_UNROLL, kernels.SORT_KEYS, knn_obs.DEFAULT_BLOCK,
+        kernels.PREP_WARPS,
+    )  # fmt: skip
     assert now == defaults
     names = [
         "xla/chunk=16",
-        "pallas/chunk=4/unroll=2/sort=argsort/block=64/step=vector/fold=0/elements=64/draws=0",
+        "pallas/chunk=4/unroll=2/sort=argsort/block=64/step=vector/fold=0/elements=64/draws=0"
+        "/pwarps=2",
     ]
     assert [(r["variant"], r["round"]) for r in recs] == [(v, i) for i in (1, 2) for v in names]
     assert recs[1]["check"]["differ"] == 0
     assert all(r["ms_per_step"] > 0 for r in recs)
     assert len(out.read_text().splitlines()) == 4
+
+
+def test_profile_trace_summaries_on_cpu(tmp_path):
+    """`profile.summarize_trace` falls back to the host's XLA ops on a CPU trace, and
+    `profile.kernel_details` (device kernels' launch stats) is then empty; both name the
+    folder when it holds no trace."""
+    import jax
+    import jax.numpy as jnp
+    import pytest
+
+    from experiments.benchmarks import profile
+
+    f = jax.jit(lambda x: jnp.sin(x) * 2.0)
+    x = jnp.ones((64,))
+    f(x).block_until_ready()
+    with jax.profiler.trace(str(tmp_path)):
+        f(x).block_until_ready()
+    kind, totals = profile.summarize_trace(str(tmp_path))
+    assert kind == "host"  # no device plane on a CPU
+    assert all(ms >= 0 and n >= 1 for ms, n in totals.values())
+    assert profile.kernel_details(str(tmp_path)) == {}
+    assert profile.kernel_table(totals, 3)[0].split()[:2] == ["ms", "launches"]
+    for fn in (profile.summarize_trace, profile.kernel_details):
+        with pytest.raises(FileNotFoundError, match="no \\*.xplane.pb"):
+            fn(str(tmp_path / "empty"))
