@@ -11,7 +11,8 @@ module defaults read when the env is traced (`SETTINGS`: ``chunk`` =
 `kernels.CHUNK_SIZE`, ``unroll`` = `kernels.BRUTE_UNROLL`, ``sunroll`` =
 `kernels.SORTED_UNROLL`, ``network`` = `kernels.PACKED_NETWORK`, ``sort`` =
 `kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``wwarps`` =
-`knn_obs.DEFAULT_WARPS`, ``opaque`` = `knn_obs.OPAQUE_STORE`, the probe-only
+`knn_obs.DEFAULT_WARPS`, ``opaque`` = `knn_obs.OPAQUE_STORE`, ``wlean`` =
+`knn_obs.LEAN_INDEX`, the probe-only
 ablation ``wablate`` = `knn_obs._ABLATE` (wrong values), ``prep`` =
 `kernels.PREP_IMPL`, ``psort`` = `kernels.PREP_SORT`, ``psbits`` =
 `kernels.PREP_SORT_BITS`, ``sblock`` = `kernels.SORTED_BLOCK_ROWS`, ``prepick`` =
@@ -69,6 +70,7 @@ SETTINGS = {
     "wwarps": (knn_obs, "DEFAULT_WARPS", "pow2"),  # observation writer: Triton warps
     "opaque": (knn_obs, "OPAQUE_STORE", "bool"),  # observation writer: unvectorised store
     "wablate": (knn_obs, "_ABLATE", ("", "self", "const")),  # writer ablation: wrong values
+    "wlean": (knn_obs, "LEAN_INDEX", "bool"),  # writer: leaner index arithmetic
     "prep": (kernels, "PREP_IMPL", kernels.PREP_IMPLS),  # sorted search's preparation
     "psort": (kernels, "PREP_SORT", kernels.PREP_SORTS),  # its curve order: xla / kernel
     "psbits": (kernels, "PREP_SORT_BITS", "int"),  # in-kernel sort: Hilbert bits per axis

@@ -336,8 +336,9 @@ def test_probe_smoke() -> None:
 
 
 def test_writer_store_and_warp_options_keep_the_values(monkeypatch) -> None:
-    """`knn_obs.OPAQUE_STORE` and `knn_obs.DEFAULT_WARPS` change how the kernel stores,
-    never what: the same bits as the default writer (interpret mode)."""
+    """`knn_obs.OPAQUE_STORE`, `knn_obs.DEFAULT_WARPS` and `knn_obs.LEAN_INDEX` change how
+    the kernel computes and stores, never what: the same bits as the default writer
+    (interpret mode)."""
     env = _env("4+20_k10", "pallas")
     rng = np.random.default_rng(5)
     p = _params(rng)
@@ -352,3 +353,5 @@ def test_writer_store_and_warp_options_keep_the_values(monkeypatch) -> None:
     monkeypatch.setattr(ko, "OPAQUE_STORE", True)
     monkeypatch.setattr(ko, "DEFAULT_WARPS", 8)
     assert_bitwise(call(), ref, "opaque store, 8 warps")
+    monkeypatch.setattr(ko, "LEAN_INDEX", not ko.LEAN_INDEX)
+    assert_bitwise(call(), ref, "the other index arithmetic")

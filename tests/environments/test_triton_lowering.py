@@ -194,9 +194,11 @@ def test_sorted_search_with_xla_preparation_lowers_to_triton(monkeypatch) -> Non
     assert _lowered_triton_calls(fn, x, y, g) == 1
 
 
+@pytest.mark.parametrize("lean", [False, True])
 @pytest.mark.parametrize("opaque", [False, True])
-def test_knn_obs_opaque_store_lowers_to_triton(monkeypatch, opaque: bool) -> None:
+def test_knn_obs_opaque_store_lowers_to_triton(monkeypatch, opaque: bool, lean: bool) -> None:
     monkeypatch.setattr(knn_obs, "OPAQUE_STORE", opaque)
+    monkeypatch.setattr(knn_obs, "LEAN_INDEX", lean)
     x, y, g = _positions()
     feats = _feats(x, y, g)
     lists = jnp.zeros((N, M, K), jnp.int32)
