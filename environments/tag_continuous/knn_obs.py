@@ -44,9 +44,11 @@ divides. The kernel is told which (``reciprocal``, see
 `full_obs.reference_uses_reciprocal`): it multiplies by ``1/scale`` (computed by XLA
 outside the kernel), or divides with ``div.rn.f32`` on GPU (Triton's own ``/`` is
 approximate). The other operations are exact or single roundings in the same order
-(``feats·rel_f`` and ``·mask`` multiply by 0 or 1), so the forms agree bit for bit on the
-CPU (``−0.0`` included), which the tests check in interpret mode;
-`experiments.benchmarks.knn_obs_probe` checks them on the GPU. One exception: with one
+(``feats·rel_f`` and ``·mask`` multiply by 0 or 1; with `LEAN_INDEX` the kernel selects
+``feats`` or ``+0`` instead of ``feats·rel_f``, the same value since the non-relative
+features are 0 or 1), so the forms agree bit for bit on the CPU (``−0.0`` included),
+which the tests check in interpret mode; `experiments.benchmarks.knn_obs_probe` checks
+them on the GPU. One exception: with one
 row and ``k = 1`` the reference's scale ``[1, 7, 1]`` needs no broadcast, and XLA on the
 CPU then divides unless a `jax.vmap` with shared params adds one; so the env builds that
 case with the XLA form (`TagContinuous._observe_knn`).
