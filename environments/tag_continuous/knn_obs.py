@@ -45,13 +45,13 @@ divides. The kernel is told which (``reciprocal``, see
 outside the kernel), or divides with ``div.rn.f32`` on GPU (Triton's own ``/`` is
 approximate). The other operations are exact or single roundings in the same order
 (``feats·rel_f`` and ``·mask`` multiply by 0 or 1; with `LEAN_INDEX` the kernel selects
-``feats`` or ``+0`` instead of ``feats·rel_f``, the same value since the non-relative
-features are 0 or 1), so the forms agree bit for bit on the CPU (``−0.0`` included),
-which the tests check in interpret mode; `experiments.benchmarks.knn_obs_probe` checks
-them on the GPU. One exception: with one
-row and ``k = 1`` the reference's scale ``[1, 7, 1]`` needs no broadcast, and XLA on the
-CPU then divides unless a `jax.vmap` with shared params adds one; so the env builds that
-case with the XLA form (`TagContinuous._observe_knn`).
+``feats`` or ``+0`` instead of ``feats·rel_f``, the same value when the non-relative
+features are finite and non-negative, as Tag's type and in-game flags are), so the
+forms agree bit for bit on the CPU (``−0.0`` included), which the tests check in
+interpret mode; `experiments.benchmarks.knn_obs_probe` checks them on the GPU. One
+exception: with one row and ``k = 1`` the reference's scale ``[1, 7, 1]`` needs no
+broadcast, and XLA on the CPU then divides unless a `jax.vmap` with shared params adds
+one; so the env builds that case with the XLA form (`TagContinuous._observe_knn`).
 """
 
 from __future__ import annotations
@@ -101,10 +101,10 @@ DEFAULT_WARPS = None
 OPAQUE_STORE = False
 #: Fewer instructions per element, same values: unsigned divisions for the row and the
 #: feature (all non-negative), one unsigned clamp of the neighbour id instead of two,
-#: and a select instead of ``own · rel`` (``rel`` is 0 or 1 and the non-relative own
-#: features are 0 or 1, so ``own · 0 = +0``). H200, 2000 × (5+995): the runners' writer
-#: 43 → 32 registers per thread, 62.5% → 100% occupancy, 380.6 → 355.9 µs per step;
-#: unchanged at 1000 × (10+100) (2026-11-24 run 45).
+#: and a select instead of ``own · rel`` (``rel`` is 0 or 1, and ``own · 0 = +0`` when
+#: the non-relative features are finite and non-negative: Tag's type and in-game flags).
+#: H200, 2000 × (5+995): the runners' writer 43 → 32 registers per thread, 62.5% → 100%
+#: occupancy, 380.6 → 355.9 µs per step; unchanged at 1000 × (10+100) (2026-11-24 run 45).
 LEAN_INDEX = True
 #: Probe-only ablation of the flat kernel (`experiments.benchmarks.env_ab_probe`'s
 #: ``wablate``), giving wrong values, to time parts of it: ``"self"`` (no neighbour
