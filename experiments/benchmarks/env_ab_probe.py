@@ -12,9 +12,8 @@ module defaults read when the env is traced (`SETTINGS`: ``chunk`` =
 `kernels.SORTED_UNROLL`, ``network`` = `kernels.PACKED_NETWORK`, ``sort`` =
 `kernels.SORT_KEYS`, ``block`` = `knn_obs.DEFAULT_BLOCK`, ``wwarps`` =
 `knn_obs.DEFAULT_WARPS`, ``opaque`` = `knn_obs.OPAQUE_STORE`, ``wlean`` =
-`knn_obs.LEAN_INDEX`, the probe-only
-ablation ``wablate`` = `knn_obs._ABLATE` (wrong values), ``prep`` =
-`kernels.PREP_IMPL`, ``psort`` = `kernels.PREP_SORT`, ``psbits`` =
+`knn_obs.LEAN_INDEX`, the probe-only ablation ``wablate`` = `knn_obs._ABLATE` (wrong
+values), ``prep`` = `kernels.PREP_IMPL`, ``psort`` = `kernels.PREP_SORT`, ``psbits`` =
 `kernels.PREP_SORT_BITS`, ``sblock`` = `kernels.SORTED_BLOCK_ROWS`, ``prepick`` =
 `kernels.SORTED_PREPICK`, ``lanetest`` = `kernels.SORTED_LANE_TEST`, ``order`` =
 `kernels.CHUNK_ORDER`, ``elements`` = `vector_step.DEFAULT_ELEMENTS`, ``warps`` =
@@ -40,6 +39,7 @@ test.
 from __future__ import annotations
 
 import re
+import shutil
 import statistics
 import tempfile
 from typing import Any
@@ -254,6 +254,7 @@ def probe(
                 if trace:
                     for line in kernel_lines(trace, num_steps):
                         print(f"    {line}", flush=True)
+                    shutil.rmtree(trace, ignore_errors=True)
         print("summary (median over rounds):")
         base = None
         for variant in variants:

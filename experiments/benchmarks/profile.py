@@ -62,41 +62,51 @@ TARGETS = (
 )  # fmt: skip
 
 
+def _newest_trace(trace_dir: str):
+    """The newest ``*.xplane.pb`` under ``trace_dir``, loaded (`jax.profiler.ProfileData`)."""
+    from jax.profiler import ProfileData
+
+    files = sorted(glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True))
+    if not files:
+        raise FileNotFoundError(f"no *.xplane.pb under {trace_dir!r}")
+    return ProfileData.from_file(max(files, key=os.path.getmtime))
+
+
+def _kernel_lines(data) -> list:
+    """The device planes' kernel lines (one per stream), without the summary lines
+    (XLA ops, modules, steps) that repeat their events."""
+    return [
+        line
+        for plane in data.planes
+        if plane.name.startswith("/device:")
+        for line in plane.lines
+        if not ("XLA Ops" in line.name or "XLA Modules" in line.name or "Steps" in line.name)
+    ]
+
+
 def summarize_trace(trace_dir: str) -> tuple[str, dict[str, tuple[float, int]]]:
     """Sums event durations by name in the newest ``*.xplane.pb`` under ``trace_dir``.
 
     Returns ``(plane kind, {name: (total_ms, count)})``: device planes (``/device:*``)
     when the trace has any, otherwise the host's XLA-op lines.
     """
-    from jax.profiler import ProfileData
-
-    files = sorted(glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True))
-    if not files:
-        raise FileNotFoundError(f"no *.xplane.pb under {trace_dir!r}")
-    data = ProfileData.from_file(max(files, key=os.path.getmtime))
-    device = [p for p in data.planes if p.name.startswith("/device:")]
+    data = _newest_trace(trace_dir)
     totals: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
-
-    def add(line) -> None:
+    if any(p.name.startswith("/device:") for p in data.planes):
+        lines, kind = _kernel_lines(data), "device"
+    else:
+        lines = [
+            line
+            for plane in data.planes
+            for line in plane.lines
+            if line.name.startswith("tf_XLA") or "XLA" in line.name
+        ]
+        kind = "host"
+    for line in lines:
         for ev in line.events:
             t = totals[ev.name]
             t[0] += ev.duration_ns / 1e6
             t[1] += 1
-
-    if device:
-        for plane in device:
-            for line in plane.lines:
-                # Kernel lines per stream; skip the summary lines that repeat them.
-                if "XLA Ops" in line.name or "XLA Modules" in line.name or "Steps" in line.name:
-                    continue
-                add(line)
-        kind = "device"
-    else:
-        for plane in data.planes:
-            for line in plane.lines:
-                if line.name.startswith("tf_XLA") or "XLA" in line.name:
-                    add(line)
-        kind = "host"
     return kind, {k: (v[0], int(v[1])) for k, v in totals.items()}
 
 
@@ -105,22 +115,11 @@ def kernel_details(trace_dir: str) -> dict[str, dict[str, str]]:
     ``trace_dir``: ``{name: {stat: value}}`` (on a GPU, CUPTI's ``kernel_details``:
     registers per thread, shared memory, grid, block, theoretical occupancy). Empty when
     the trace has no device plane."""
-    from jax.profiler import ProfileData
-
-    files = sorted(glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True))
-    if not files:
-        raise FileNotFoundError(f"no *.xplane.pb under {trace_dir!r}")
-    data = ProfileData.from_file(max(files, key=os.path.getmtime))
     out: dict[str, dict[str, str]] = {}
-    for plane in data.planes:
-        if not plane.name.startswith("/device:"):
-            continue
-        for line in plane.lines:
-            if "XLA Ops" in line.name or "XLA Modules" in line.name or "Steps" in line.name:
-                continue
-            for ev in line.events:
-                if ev.name not in out:
-                    out[ev.name] = {str(k): str(v) for k, v in ev.stats}
+    for line in _kernel_lines(_newest_trace(trace_dir)):
+        for ev in line.events:
+            if ev.name not in out:
+                out[ev.name] = {str(k): str(v) for k, v in ev.stats}
     return out
 
 
