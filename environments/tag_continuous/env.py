@@ -526,7 +526,10 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         search, kw = self._search_module()
         k = self.num_other_agents_observed
         if search is not neighbors and self._resolved_knn_obs_impl() == "pallas":
-            return search.nearest_k_lists(state.x, state.y, state.in_game, k, **kw), None
+            lists = search.nearest_k_lists(
+                state.x, state.y, state.in_game, k, queries=search.ENV_QUERIES, **kw
+            )
+            return lists, None
         return search.nearest_k(state.x, state.y, state.in_game, k, **kw)
 
     def _observe_knn(

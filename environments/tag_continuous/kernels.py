@@ -130,6 +130,9 @@ __all__ = [
     "CHUNK_ORDER",
     "CHUNK_ORDERS",
     "CHUNK_SIZE",
+    "ENV_QUERIES",
+    "LARGE_METHOD",
+    "LARGE_METHODS",
     "PACKED_EXTRA_SLOTS",
     "PACKED_MAX_BITS",
     "PACKED_NETWORK",
@@ -491,6 +494,26 @@ def _resort(lk, k: int, bits: int, dist, fin):
     return tuple(jnp.where(key < _INF_KEY, key & low, -1) for key in keys[:k]), amb
 
 
+def _insert_pair(ld, lj, d, j, lex: bool):
+    """Inserts ``(d [BM], j)`` into the sorted lists ``(ld, lj)`` (tuples of ``[BM]``
+    distances and indices): ordered by ``(d, j)`` if ``lex``, else by ``d`` with a new
+    ``d`` after equal ones (strict ``<``). Returns the new ``(ld, lj)``."""
+    nd, nj = [], []
+    before = None  # the candidate goes before slot s - 1
+    for s in range(len(ld)):
+        here = d < ld[s]
+        if lex:
+            here = here | ((d == ld[s]) & (j < lj[s]))
+        if s == 0:
+            nd.append(jnp.minimum(ld[0], d))
+            nj.append(jnp.where(here, j, lj[0]))
+        else:
+            nd.append(jnp.minimum(ld[s], jnp.maximum(ld[s - 1], d)))
+            nj.append(jnp.where(before, lj[s - 1], jnp.where(here, j, lj[s])))
+        before = here
+    return tuple(nd), tuple(nj)
+
+
 def _any(mask) -> jax.Array:
     """Scalar bool: some lane of ``mask [BM]`` is set."""
     return jnp.max(jnp.where(mask, 1, 0)) > 0
@@ -658,11 +681,32 @@ def _brute_lists(
     return out.reshape(n, m, k)
 
 
+#: The search ``method=None`` picks from `SORTED_MIN_AGENTS` agents: ``"sorted"``
+#: (`nearest_k_sorted_batched`) or ``"grid"`` (`grid_knn.nearest_k_grid_batched`, up to
+#: `grid_knn.GRID_MAX_AGENTS`; ``"sorted"`` above). Same results.
+LARGE_METHODS = ("sorted", "grid")
+LARGE_METHOD = "sorted"
+#: The queries the env asks its Pallas search for when the Pallas observation writer
+#: takes the lists (`nearest_k_lists`' ``queries``): ``"in_game"`` lets a search leave
+#: the lists of agents out of the game empty (the writer zeroes those rows' neighbour
+#: features whatever the lists hold), ``"all"`` asks for every list.
+ENV_QUERIES = "in_game"
+_METHODS = ("brute", "sorted", "grid")
+
+
 def _resolve_method(method: str | None, m: int) -> str:
     if method is None:
-        return "sorted" if m >= SORTED_MIN_AGENTS else "brute"
-    if method not in ("brute", "sorted"):
-        raise ValueError(f"method must be 'brute', 'sorted' or None, got {method!r}")
+        if m < SORTED_MIN_AGENTS:
+            return "brute"
+        if LARGE_METHOD not in LARGE_METHODS:
+            raise ValueError(
+                f"kernels.LARGE_METHOD must be one of {LARGE_METHODS}, got {LARGE_METHOD!r}"
+            )
+        from environments.tag_continuous.grid_knn import GRID_MAX_AGENTS
+
+        return "grid" if LARGE_METHOD == "grid" and m <= GRID_MAX_AGENTS else "sorted"
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {_METHODS} or None, got {method!r}")
     return method
 
 
@@ -711,15 +755,25 @@ def nearest_k_batched(
 def _lists_batched(
     x, y, in_game, k, *, method=None, block_rows=None, block_cols=None, chunk_size=None,
     tie_check=True, num_warps=None, num_stages=None, split_self_range=None, interpret=None,
+    queries="all",
 ) -> jax.Array:  # fmt: skip
     """The chosen kernel's lists ``[N, M, k]`` int32, ``-1`` = none (`nearest_k_batched`'s
-    arguments)."""
+    arguments; ``queries``: `nearest_k_lists`')."""
     m = jnp.shape(x)[-1] if jnp.ndim(x) == 2 else 0
+    resolved = _resolve_method(method, m)
+    if resolved == "grid":
+        from environments.tag_continuous import grid_knn
+
+        return grid_knn._grid_search(
+            x, y, in_game, k, queries=queries, block_cols=block_cols, interpret=interpret
+        )
+    if queries not in ("all", "in_game"):
+        raise ValueError(f"queries must be 'all' or 'in_game', got {queries!r}")
     opts = dict(
         block_rows=block_rows, block_cols=block_cols, num_warps=num_warps,
         num_stages=num_stages, interpret=interpret,
     )  # fmt: skip
-    if _resolve_method(method, m) == "sorted":
+    if resolved == "sorted":
         return _sorted_search(x, y, in_game, k, chunk_size=chunk_size, tie_check=tie_check, **opts)
     return _brute_lists(x, y, in_game, k, split_self_range=split_self_range, **opts)
 
@@ -731,7 +785,9 @@ def nearest_k_lists(
     int32, ``-1`` in the slots that `nearest_k` pads (``valid = False``). One pass over
     ``[M, k]`` fewer than `nearest_k`; `knn_obs.knn_obs` takes these lists directly
     (``valid=None``) and `knn_obs.with_valid` converts them. Arguments and ``options``
-    as `nearest_k`; vmaps over envs."""
+    as `nearest_k`, plus ``queries``: ``"all"`` (default) or ``"in_game"``, which lets
+    the search leave the rows of agents out of the game all ``-1`` (the grid search does;
+    the others list them anyway); vmaps over envs."""
     x, y, in_game = _one_env(x, y, in_game, "nearest_k_lists")
     return _lists_batched(x[None], y[None], in_game[None], k, **options)[0]
 
@@ -1001,23 +1057,7 @@ def _sorted_knn_kernel(
     nc_in = (cb_ref[nb] + bc - 1) // bc  # chunks past these are empty
     steps = jnp.maximum(nc_in - 1 - own_hi, own_lo)
 
-    def insert(ld, lj, d, j, lex):
-        """Inserts ``(d [BM], j)`` into the sorted lists ``(ld, lj)``: ordered by ``(d,
-        j)`` if ``lex``, else by ``d`` with a new ``d`` after equal ones (strict ``<``)."""
-        nd, nj = [], []
-        before = None  # the candidate goes before slot s - 1
-        for s in range(len(ld)):
-            here = d < ld[s]
-            if lex:
-                here = here | ((d == ld[s]) & (j < lj[s]))
-            if s == 0:
-                nd.append(jnp.minimum(ld[0], d))
-                nj.append(jnp.where(here, j, lj[0]))
-            else:
-                nd.append(jnp.minimum(ld[s], jnp.maximum(ld[s - 1], d)))
-                nj.append(jnp.where(before, lj[s - 1], jnp.where(here, j, lj[s])))
-            before = here
-        return tuple(nd), tuple(nj)
+    insert = _insert_pair
 
     def search(slots, mode):
         """Per lane the ``slots`` best candidates and the number of chunks visited.
@@ -1337,7 +1377,20 @@ def _radix_order(x_ref, y_ref, bufs, *, m, p2, interpret):
     key = _hilbert_index(quantise(x, x0), quantise(y, y0), bits)
     top = ((1 << (2 * bits)) - 1) << id_bits | ((1 << id_bits) - 1)
     packed = jnp.where(real, (key << id_bits) | p, top)
-    for t, d in enumerate(range(id_bits, id_bits + 2 * bits)):
+    _radix_passes(packed, bufs, id_bits, 2 * bits, interpret=interpret)
+    return bufs[1]
+
+
+def _radix_passes(packed, bufs, lo: int, nbits: int, *, interpret: bool):
+    """Sorts the ``[P]`` int32 keys ``packed`` (one per lane, non-negative) stably by
+    their bits ``lo .. lo + nbits - 1``: an LSD radix sort, one bit per pass (a cumsum
+    gives each lane its place in the stable partition, a scatter into the other of the
+    two ``[P]`` int32 ``bufs`` and a barrier, then every lane reads its new value).
+    ``nbits`` must be even (the result lands in ``bufs[1]``); returns it as ``[P]``."""
+    if nbits % 2:
+        raise ValueError(f"_radix_passes needs an even number of bits, got {nbits}")
+    p = lax.broadcasted_iota(jnp.int32, packed.shape, 0)
+    for t, d in enumerate(range(lo, lo + nbits)):
         one = (packed >> d) & 1
         zero = 1 - one
         before = jnp.cumsum(zero) - zero  # zeros before lane p
@@ -1347,7 +1400,7 @@ def _radix_order(x_ref, y_ref, bufs, *, m, p2, interpret):
         if not interpret:
             pl_triton.debug_barrier()
         packed = buf[p]
-    return bufs[1]
+    return packed
 
 
 def _prep_kernel(*refs, m, mp, bm, bc, interpret, sort_in_kernel):  # fmt: skip

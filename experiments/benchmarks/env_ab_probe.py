@@ -48,7 +48,7 @@ import jax
 from absl import app, flags
 
 from environments.tag_continuous import env as tag_env
-from environments.tag_continuous import kernels, knn_obs, vector_step
+from environments.tag_continuous import grid_knn, kernels, knn_obs, vector_step
 from experiments.benchmarks.knn_obs_probe import check_states, compare, make_env, parse_config
 from experiments.benchmarks.timing import append_jsonl, device_info, time_env_steps
 
@@ -58,8 +58,8 @@ FLAGS = flags.FLAGS
 
 
 #: Settings a variant may change: ``name -> (module, attribute, kind)``; each is a module
-#: default read when the env is traced (kind "pow2": a power of two >= 1; "int": an integer
-#: >= 1; "bool": 1 or 0).
+#: default read when the env is traced (kind "pow2": a power of two >= 1; "float": a number
+#: > 0; "int": an integer >= 1; "bool": 1 or 0).
 SETTINGS = {
     "chunk": (kernels, "CHUNK_SIZE", "pow2"),  # sorted search: candidates per chunk
     "unroll": (kernels, "BRUTE_UNROLL", "pow2"),  # brute-force search: unroll
@@ -85,6 +85,11 @@ SETTINGS = {
     "skip": (kernels, "PACKED_SKIP_DISTINCT", "bool"),  # packed search: re-sort's skip
     "pwarps": (kernels, "PREP_WARPS", "pow2"),  # sorted search's preparation: Triton warps
     "fallback": (kernels, "_SORTED_EXACT_FALLBACK", "bool"),  # ablation: 0 = wrong lists
+    "large": (kernels, "LARGE_METHOD", kernels.LARGE_METHODS),  # search from 256 agents
+    "queries": (kernels, "ENV_QUERIES", ("all", "in_game")),  # env's lists: all / in game
+    "gcell": (grid_knn, "GRID_CELL_AGENTS", "float"),  # grid search: agents per cell
+    "gtarget": (grid_knn, "GRID_TARGET", "float"),  # grid search: first window, x k
+    "gunroll": (grid_knn, "GRID_UNROLL", "pow2"),  # grid search: unroll
     "step": (None, "step_impl", ("auto", "xla", "pallas", "vector")),  # env's step_impl
     "fold": (None, "fold", ("1", "0")),  # the harness's output folds
 }
@@ -128,6 +133,14 @@ def parse_variant(text: str) -> Variant:
             if value not in ("1", "0"):
                 raise ValueError(f"{name} must be 1 or 0, got {value!r} in {text!r}")
             settings.append((name, value == "1"))
+        elif kind == "float":
+            try:
+                number = float(value)
+            except ValueError:
+                number = -1.0
+            if not number > 0:
+                raise ValueError(f"{name} must be a number > 0, got {value!r} in {text!r}")
+            settings.append((name, number))
         elif kind == "int":
             if not re.fullmatch(r"\d+", value) or int(value) < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r} in {text!r}")

@@ -1,0 +1,488 @@
+"""A per-query grid search for `nearest_k` (Pallas; exact, same lists as the others).
+
+`kernels.nearest_k_sorted_batched` prunes per block of 32 queries: a block streams every
+candidate near any of its queries, about 124 per query at 2000 envs × 1000 agents,
+``k = 10``. Here each lane walks its own query's cells, so a lane streams only the
+candidates near its query (about 40–60), at the price of per-lane loads and of
+lanes waiting for the busiest lane of their row segment.
+
+Preparation (`_grid_prep_kernel`, one program per env): the in-game agents' bounding
+square is cut into ``G × G`` cells, ``G = round(sqrt(n_in / GRID_CELL_AGENTS))`` capped
+at `GRID_MAX_CELLS` (31), so about 1.5 in-game agents per cell whatever the number still
+in the game. Every agent gets the key ``cy·32 + cx`` (in the game) or 1023 (out), and
+the keys are radix-sorted with the agent id as tie-break (`kernels._radix_passes`): the
+in-game agents come first, row by row of cells, so **each row of a window of cells is one
+contiguous run of candidates**. The program writes the sorted positions, the original
+ids, the cell starts ``cs[c]`` (agents with a key below ``c``, by binary search) and a
+summed-area table of the in-game counts per cell (a rectangle's count in four loads).
+
+Search (`_grid_knn_kernel`, one program per env and block of 32 sorted queries, one
+query per lane, as the other kernels):
+
+1. **Window.** Each lane grows a square window of cells around its own cell, radius
+   ``R = 1, 2, …``, until it holds at least ``ceil(GRID_TARGET · k)`` candidates besides
+   the query, or covers the grid (summed-area counts; a scalar loop while some lane
+   grows).
+2. **Phase 1.** For each row of cells some lane's window covers (a scalar loop), each
+   lane streams its row segment, ``cs[row·32 + x0] .. cs[row·32 + x1 + 1]``, into its
+   packed top-``k + 2`` list (`kernels._packed_insert` / `_packed_merge`); a row costs
+   the longest segment among the lanes, ``U`` candidates per unrolled step.
+3. **Bound.** The ``k``-th key bounds the lane's true ``k``-th squared distance from
+   above (it is the ``k``-th smallest over a subset; a key's truncation is lifted back
+   with its low bits set). Every agent within that distance lies in the cells that the
+   square ``[u ± r·s]`` touches (``u`` the query in cell units, with a margin of
+   ``10⁻³`` cells and ``10⁻⁴`` relative on ``r`` against float rounding). A lane whose
+   window does not contain that square (or whose list is not full: the whole grid)
+   needs phase 2.
+4. **Phase 2** (only if some lane needs it): the rows of the larger square, each as the
+   part left and the part right of the phase-1 window (a whole row outside its rows).
+5. **Finish** as the sorted search: the exact re-sort of the packed list
+   (`kernels._packed_lists`), and, for a block where some lane's keys stay ambiguous,
+   the same windows again with the exact ``(d, j)`` insertion (`kernels._insert_pair`).
+
+Why exact: after phase 2 each lane has streamed every candidate within its bound of the
+true ``k``-th distance, so its ``k + 2`` smallest keys hold every candidate that can be
+among its ``k`` nearest; the rest is the sorted search's packed-key argument. The cells
+come from the same float formula for queries and candidates, and the margins cover its
+rounding; candidates sit in cells ``0 .. G - 1`` (clamped), so a window that reaches the
+grid's edge misses nothing beyond it.
+
+``queries="in_game"`` leaves the lists of agents out of the game empty (``-1``) instead
+of searching them: the env's observation writer zeroes those rows' neighbour features
+anyway (``mask = valid & in_game[i]``), and they are the search's slowest queries (out
+of the game is where the taggers have cleared the runners). The in-game queries are the
+first ``n_in`` sorted positions, so whole blocks past them only write ``-1``.
+
+Limits: ``M <= 1024`` (the packed keys' 10 index bits, and the tables' 32 × 32 cells).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pl_triton
+
+from environments.tag_continuous import kernels as kn
+
+__all__ = [
+    "GRID_CELL_AGENTS",
+    "GRID_MAX_AGENTS",
+    "GRID_MAX_CELLS",
+    "GRID_QUERIES",
+    "GRID_TARGET",
+    "GRID_UNROLL",
+    "grid_search_stats",
+    "nearest_k_grid_batched",
+]
+
+#: Target in-game agents per cell (``G = round(sqrt(n_in / this))``). A NumPy model of
+#: the search on Tag states (2000 × (5+995), steps 0–400) streamed the fewest candidates
+#: per query between 1 and 1.5.
+GRID_CELL_AGENTS = 1.5
+#: Cells per axis at most (the tables are 32 × 32; row 31 and column 31 stay empty, and
+#: the key 1023 marks agents out of the game).
+GRID_MAX_CELLS = 31
+#: A lane's first window grows until it holds ``ceil(GRID_TARGET · k)`` candidates.
+#: The NumPy model: 2.0 → ≈ 5% of lanes need phase 2, 2.5 → ≈ 1%, 3.0 → ≈ 0.2%.
+GRID_TARGET = 2.5
+#: Candidates per unrolled loop step ``U`` (compiled; interpret mode uses 1).
+GRID_UNROLL = 2
+#: Which agents' lists the env asks for: ``"all"`` (`nearest_k`'s contract) or
+#: ``"in_game"`` (the lists of agents out of the game left empty; see the module doc).
+GRID_QUERIES = ("all", "in_game")
+#: The grid search handles up to this many agents (packed keys, 32 × 32 tables).
+GRID_MAX_AGENTS = 1024
+
+_TABLE = 1024  # 32 × 32 cells
+_ROW = 32  # table stride of a cell row
+_OUT_KEY = 1023  # key of agents out of the game
+_CELL_MARGIN = 1e-3  # cells
+_RADIUS_SLACK = 1.0 + 1e-4
+_BM = 32  # queries per program, one per lane (one warp)
+
+
+# ----------------------------------------------------------------------------- prep
+def _grid_prep_kernel(
+    x_ref, y_ref, g_ref, xc_ref, yc_ref, oc_ref, cs_ref, sat_ref, prm_ref, buf0, buf1,
+    *, m, mp, cell_agents, max_cells, interpret,
+):  # fmt: skip
+    """One env: cells, the sort, the tables.
+
+    ``x, y [M]`` float32, ``g [M]`` int32 (1: in the game). Writes ``xc, yc [MP]`` (the
+    agents' positions in sorted order: in-game agents by (cell row, cell column, id),
+    then the others by id), ``oc [MP]`` int32 (their ids; ``M`` for padding), ``cs
+    [1024]`` int32 (``cs[c]``: sorted agents with a key below ``c``; ``cs[1023]`` is the
+    number in the game), ``sat [1024]`` int32 (in-game agents in cells ``(≤ cy, ≤ cx)``
+    at ``cy·32 + cx``) and ``prm [8]`` float32 ``(x0, y0, s, G, n_in, 0, 0, 0)``: the
+    cell of a position is ``floor((x - x0)·s)`` clamped to ``[0, G - 1]``. ``buf0,
+    buf1 [P]`` int32: the radix sort's buffers.
+    """
+    p2 = buf0.shape[0]
+    p = lax.broadcasted_iota(jnp.int32, (p2,), 0)
+    real = p < m
+    own = jnp.minimum(p, m - 1)
+    x, y = x_ref[own], y_ref[own]
+    gin = real & (g_ref[own] != 0)
+    n_in = jnp.sum(gin.astype(jnp.int32))
+    inf = jnp.float32(kn._INF)
+    x0 = jnp.min(jnp.where(gin, x, inf))
+    y0 = jnp.min(jnp.where(gin, y, inf))
+    wx = jnp.max(jnp.where(gin, x, -inf)) - x0
+    wy = jnp.max(jnp.where(gin, y, -inf)) - y0
+    some = n_in > 0
+    x0 = jnp.where(some, x0, jnp.float32(0.0))
+    y0 = jnp.where(some, y0, jnp.float32(0.0))
+    ext = jnp.maximum(jnp.where(some, jnp.maximum(wx, wy), 1.0), jnp.float32(1e-30))
+    cells = jnp.floor(jnp.sqrt(n_in.astype(jnp.float32) / cell_agents) + 0.5)
+    cells = jnp.clip(cells, 1.0, float(max_cells))
+    # Slightly under G / ext, so the farthest agent's cell is G - 1, not G (clamped anyway).
+    s = cells * jnp.float32(1.0 - 2.0**-20) / ext
+
+    def cell(v, lo):
+        return jnp.clip(jnp.floor((v - lo) * s), 0.0, cells - 1.0).astype(jnp.int32)
+
+    key = jnp.where(gin, cell(y, y0) * _ROW + cell(x, x0), _OUT_KEY)
+    id_bits = max(1, (p2 - 1).bit_length())
+    packed = (key << id_bits) | p  # padding lanes: key 1023, ids past M, so last
+    packed = kn._radix_passes(packed, (buf0, buf1), id_bits, 10, interpret=interpret)
+    sid = packed & ((1 << id_bits) - 1)
+    ok = sid < m
+    agent = jnp.minimum(sid, m - 1)
+    inside = p < mp
+    at = p  # masked lanes (p >= MP) keep distinct indices (interpret mode's masked scatter)
+    pl_triton.store(xc_ref.at[at], jnp.where(ok, x_ref[agent], 0.0), mask=inside)
+    pl_triton.store(yc_ref.at[at], jnp.where(ok, y_ref[agent], 0.0), mask=inside)
+    pl_triton.store(oc_ref.at[at], jnp.where(ok, sid, m), mask=inside)
+    # Cell starts: a lower-bound binary search of c << id_bits in the sorted keys (buf1,
+    # complete and visible after the last pass's barrier).
+    c = lax.broadcasted_iota(jnp.int32, (_TABLE,), 0)
+    target = c << id_bits
+    lo = jnp.zeros((_TABLE,), jnp.int32)
+    step = p2 // 2
+    while step >= 1:  # static: log2(P) steps
+        lo = jnp.where(buf1[lo + (step - 1)] < target, lo + step, lo)
+        step //= 2
+    lo = jnp.where(buf1[lo] < target, lo + 1, lo)
+    pl_triton.store(cs_ref.at[c], lo)
+    if not interpret:
+        pl_triton.debug_barrier()
+    # Summed-area table: each row's prefix counts, then a cumsum down the rows (rows and
+    # columns past G - 1 hold garbage that no lookup reads).
+    prefix = cs_ref[jnp.minimum(c + 1, _TABLE - 1)] - cs_ref[c - (c & (_ROW - 1))]
+    sat = jnp.cumsum(prefix.reshape(_ROW, _ROW), axis=0).reshape(_TABLE)
+    pl_triton.store(sat_ref.at[c], sat)
+    i = lax.broadcasted_iota(jnp.int32, (8,), 0)
+    vals = (x0, y0, s, cells, n_in.astype(jnp.float32))
+    prm = jnp.zeros((8,), jnp.float32)
+    for t, v in enumerate(vals):
+        prm = jnp.where(i == t, v, prm)
+    pl_triton.store(prm_ref.at[i], prm)
+
+
+def _grid_prep(x, y, in_game, interpret: bool):
+    """`_grid_prep_kernel` over ``N`` envs: ``(xc, yc, oc, cs, sat, prm)``."""
+    n, m = x.shape
+    mp = kn._round_up(m, _BM)
+    p2 = max(kn._next_pow2(mp), 2)
+    row = lambda length: pl.BlockSpec((None, length), lambda e: (e, 0))
+    f32 = lambda length: jax.ShapeDtypeStruct((n, length), jnp.float32)
+    i32 = lambda length: jax.ShapeDtypeStruct((n, length), jnp.int32)
+    shapes = (f32(mp), f32(mp), i32(mp), i32(_TABLE), i32(_TABLE), f32(8), i32(p2), i32(p2))
+    kernel = functools.partial(
+        _grid_prep_kernel, m=m, mp=mp, cell_agents=float(GRID_CELL_AGENTS),
+        max_cells=int(GRID_MAX_CELLS), interpret=interpret,
+    )  # fmt: skip
+    outs = pl.pallas_call(
+        kernel,
+        out_shape=shapes,
+        grid=(n,),
+        in_specs=[row(m)] * 3,
+        out_specs=tuple(row(sh.shape[1]) for sh in shapes),
+        compiler_params=pl_triton.CompilerParams(num_warps=4),
+        interpret=interpret,
+        name="tag_nearest_k_grid_prep",
+    )(x, y, in_game.astype(jnp.int32))
+    return outs[:6]
+
+
+# --------------------------------------------------------------------------- search
+def _grid_knn_kernel(
+    prm_ref, cs_ref, sat_ref, xc_ref, yc_ref, oc_ref, x_ref, y_ref, *out_refs,
+    k, m, mp, unroll, target, in_game_only, key_bits, stats,
+):  # fmt: skip
+    """One env, 32 consecutive sorted queries (one per lane): see the module doc.
+
+    Inputs as `_grid_prep_kernel` writes them, plus ``x, y [M]`` (positions by id, for
+    the exact re-sort). Writes each query's list of ids (``-1`` = none) at its row of the
+    env's row-major ``out [M·k]`` and, with ``stats``, ``trips [32]`` (candidate loads
+    per lane, every lane the same: the block's cost).
+    """
+    b = pl.program_id(1)
+    p = b * _BM + lax.broadcasted_iota(jnp.int32, (_BM,), 0)  # sorted positions
+    x0, y0, s = prm_ref[0], prm_ref[1], prm_ref[2]
+    cells_f = prm_ref[3]
+    cells = cells_f.astype(jnp.int32)
+    n_in = prm_ref[4].astype(jnp.int32)
+    nq = n_in if in_game_only else m
+    live = p < nq
+    qx, qy = xc_ref[p], yc_ref[p]
+    qc = jnp.where(p < n_in, p, -1)  # the query's own candidate position
+    u = (qx - x0) * s
+    v = (qy - y0) * s
+
+    def clamp_cell(w):
+        return jnp.clip(w, 0.0, cells_f - 1.0).astype(jnp.int32)
+
+    cx, cy = clamp_cell(jnp.floor(u)), clamp_cell(jnp.floor(v))
+    top = cells - 1
+    agent = jnp.where(p < m, oc_ref[p], m)
+    low = (1 << key_bits) - 1
+    slots = k + kn.PACKED_EXTRA_SLOTS
+
+    def sat(r, c):  # in-game agents in cells (<= r, <= c); 0 for r or c = -1
+        val = sat_ref[jnp.maximum(r, 0) * _ROW + jnp.maximum(c, 0)]
+        return jnp.where((r >= 0) & (c >= 0), val, 0)
+
+    def window(rad):  # [a, b] x [c, e], clipped
+        return (
+            jnp.maximum(cx - rad, 0), jnp.minimum(cx + rad, top),
+            jnp.maximum(cy - rad, 0), jnp.minimum(cy + rad, top),
+        )  # fmt: skip
+
+    def enough(rad):  # the window holds `target` candidates, or is the whole grid
+        a, bb, c, e = window(rad)
+        count = sat(e, bb) - sat(c - 1, bb) - sat(e, a - 1) + sat(c - 1, a - 1)
+        count = count - (qc >= 0).astype(jnp.int32)
+        whole = (a == 0) & (bb == top) & (c == 0) & (e == top)
+        return (count >= target) | whole | ~live
+
+    def grow(state):
+        rad, done = state
+        rad = jnp.where(done, rad, rad + 1)
+        return rad, enough(rad)
+
+    rad, _ = lax.while_loop(lambda st: kn._any(~st[1]), grow, (jnp.ones_like(p), enough(1)))
+    a0, b0, c0, e0 = window(rad)
+
+    def stream(lists, st, ln, ins, count):
+        """Streams each lane's candidates ``st .. st + ln - 1`` (``[BM]`` each) into its
+        list; the loop runs for the longest lane."""
+        longest = jnp.max(ln)
+        steps = (longest + unroll - 1) // unroll
+
+        def body(t, lists):
+            batch = []
+            for i in range(unroll):
+                j = t * unroll + i
+                pos = jnp.minimum(st + j, mp - 1)
+                dx = qx - xc_ref[pos]
+                dy = qy - yc_ref[pos]
+                d = dx * dx + dy * dy
+                d = jnp.where((j < ln) & (pos != qc), d, kn._INF)
+                batch.append((d, oc_ref[pos]))
+            return ins(lists, batch)
+
+        return lax.fori_loop(0, steps, body, lists), count + longest
+
+    def segment(row, lo, hi, on):
+        """Lane's candidates in cells ``lo .. hi`` of ``row`` (none where not ``on`` or
+        ``hi < lo``): ``(start, length)``."""
+        base = row * _ROW
+        st = cs_ref[base + jnp.clip(lo, 0, top)]
+        en = cs_ref[base + jnp.clip(hi, -1, top) + 1]
+        return st, jnp.where(on & (hi >= lo), jnp.maximum(en - st, 0), 0)
+
+    def rows(lists, ins, count, lo_row, hi_row, segs):
+        def body(row, carry):
+            lists, count = carry
+            for lo, hi, on in segs(row):
+                st, ln = segment(row, lo, hi, on)
+                lists, count = stream(lists, st, ln, ins, count)
+            return lists, count
+
+        return lax.fori_loop(lo_row, hi_row + 1, body, (lists, count))
+
+    def phase1(lists, ins, count):
+        lo_row = jnp.min(jnp.where(live, c0, top + 1))
+        hi_row = jnp.max(jnp.where(live, e0, -1))
+        return rows(
+            lists, ins, count, lo_row, hi_row,
+            lambda row: [(a0, b0, live & (row >= c0) & (row <= e0))],
+        )  # fmt: skip
+
+    def phase2(lists, ins, count, need, w1):
+        a1, b1, c1, e1 = w1
+        lo_row = jnp.min(jnp.where(need, c1, top + 1))
+        hi_row = jnp.max(jnp.where(need, e1, -1))
+
+        def segs(row):
+            on = need & (row >= c1) & (row <= e1)
+            mid = (row >= c0) & (row <= e0)  # a row the phase-1 window covered
+            return [
+                (a1, jnp.where(mid, jnp.minimum(a0 - 1, b1), b1), on),
+                (jnp.maximum(b0 + 1, a1), b1, on & mid),
+            ]
+
+        return rows(lists, ins, count, lo_row, hi_row, segs)
+
+    # ---- packed search
+    def packed_ins(lists, batch):
+        if len(batch) == 1:
+            return kn._packed_insert(lists, batch[0][0], batch[0][1], key_bits)
+        keys = [kn._packed_key(d, j, key_bits) for d, j in batch]
+        return kn._packed_merge(lists, keys)
+
+    init = tuple(jnp.full((_BM,), kn._EMPTY_KEY, jnp.int32) for _ in range(slots))
+    zero = jnp.int32(0)
+
+    def search():
+        keys, count = phase1(init, packed_ins, zero)
+        kth = keys[k - 1]
+        bound = jnp.where(
+            kth < kn._INF_KEY, lax.bitcast_convert_type(kth | low, jnp.float32), kn._INF
+        )
+        reach = jnp.sqrt(bound) * jnp.float32(_RADIUS_SLACK) * s + jnp.float32(_CELL_MARGIN)
+        w1 = (
+            clamp_cell(jnp.floor(u - reach)), clamp_cell(jnp.floor(u + reach)),
+            clamp_cell(jnp.floor(v - reach)), clamp_cell(jnp.floor(v + reach)),
+        )  # fmt: skip
+        need = live & ((w1[0] < a0) | (w1[1] > b0) | (w1[2] < c0) | (w1[3] > e0))
+        keys, count = lax.cond(
+            kn._any(need),
+            lambda kc: phase2(kc[0], packed_ins, kc[1], need, w1),
+            lambda kc: kc,
+            (keys, count),
+        )
+
+        def dist(j):  # exact distances to the agents j [BM] (ids; junk ids clamped)
+            jj = jnp.clip(j, 0, m - 1)
+            dx = qx - x_ref[jj]
+            dy = qy - y_ref[jj]
+            return dx * dx + dy * dy
+
+        lists, amb = kn._packed_lists(keys, k, key_bits, dist)
+
+        def exact():  # the same windows with the (d, j) insertion
+            def lex_ins(pair, batch):
+                ld, lj = pair
+                for d, j in batch:
+                    ld, lj = kn._insert_pair(ld, lj, d, j, True)
+                return ld, lj
+
+            pair = (
+                tuple(jnp.full((_BM,), kn._INF, jnp.float32) for _ in range(k)),
+                tuple(jnp.full((_BM,), -1, jnp.int32) for _ in range(k)),
+            )
+            pair, c2 = phase1(pair, lex_ins, count)
+            pair, c2 = lax.cond(
+                kn._any(need),
+                lambda pc: phase2(pc[0], lex_ins, pc[1], need, w1),
+                lambda pc: pc,
+                (pair, c2),
+            )
+            ld, lj = pair
+            return tuple(jnp.where(ld[i] < kn._INF, lj[i], -1) for i in range(k)), c2
+
+        return lax.cond(kn._any(amb & live), exact, lambda: (lists, count))
+
+    def empty():
+        return tuple(jnp.full((_BM,), -1, jnp.int32) for _ in range(k)), zero
+
+    lists, count = lax.cond(b * _BM < nq, search, empty)
+    lists = tuple(jnp.where(live, lst, -1) for lst in lists)
+    kn._store_lists(out_refs[0], agent, lists, k, m)
+    if stats:
+        out_refs[1][...] = jnp.full((_BM,), count, jnp.int32)
+
+
+def _grid_search(x, y, in_game, k, *, queries="all", block_cols=None, interpret=None, stats=False):
+    k, x, y, in_game = kn._check_batched_inputs(x, y, in_game, k)
+    if queries not in GRID_QUERIES:
+        raise ValueError(f"queries must be one of {GRID_QUERIES}, got {queries!r}")
+    n, m = x.shape
+    if m > GRID_MAX_AGENTS:
+        raise ValueError(f"the grid search handles at most {GRID_MAX_AGENTS} agents, got M={m}")
+    interpret = kn._resolve_interpret(interpret)
+    u = 1 if interpret else GRID_UNROLL
+    u = kn._check_block("block_cols", u if block_cols is None else block_cols)
+    mp = kn._round_up(m, _BM)
+    xc, yc, oc, cs, sat, prm = _grid_prep(x, y, in_game, interpret)
+    kernel = functools.partial(
+        _grid_knn_kernel, k=k, m=m, mp=mp, unroll=u,
+        target=math.ceil(float(GRID_TARGET) * k), in_game_only=queries == "in_game",
+        key_bits=max(1, (m - 1).bit_length()), stats=stats,
+    )  # fmt: skip
+    env = lambda length: pl.BlockSpec((None, length), lambda e, b: (e, 0))
+    out_shape = [jax.ShapeDtypeStruct((n, m * k), jnp.int32)]
+    out_specs = [env(m * k)]
+    if stats:
+        out_shape.append(jax.ShapeDtypeStruct((n, mp), jnp.int32))
+        out_specs.append(pl.BlockSpec((None, _BM), lambda e, b: (e, b)))
+    outs = pl.pallas_call(
+        kernel,
+        out_shape=tuple(out_shape),
+        grid=(n, mp // _BM),
+        in_specs=[env(8), env(_TABLE), env(_TABLE), env(mp), env(mp), env(mp), env(m), env(m)],
+        out_specs=tuple(out_specs),
+        compiler_params=pl_triton.CompilerParams(num_warps=1),
+        # Typical: ~60 candidates per query at ~45 simple ops.
+        cost_estimate=pl.CostEstimate(
+            flops=int(n * mp * 60 * 45),
+            transcendentals=0,
+            bytes_accessed=int(4 * n * (mp * 60 * 3 + k * m)),
+        ),
+        interpret=interpret,
+        name="tag_nearest_k_grid",
+    )(prm, cs, sat, xc, yc, oc, x, y)
+    out = outs[0].reshape(n, m, k)
+    if stats:
+        return out, outs[1][:, ::_BM].astype(jnp.float32)  # [N, blocks]: trips per block
+    return out
+
+
+def nearest_k_grid_batched(
+    x: jax.Array,
+    y: jax.Array,
+    in_game: jax.Array,
+    k: int,
+    *,
+    queries: str = "all",
+    block_cols: int | None = None,
+    interpret: bool | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """`kernels.nearest_k_batched` by the per-query grid search (module doc).
+
+    Args:
+      x, y: ``[N, M]`` float32 positions (finite), ``M <= 1024``.
+      in_game: ``[N, M]`` bool; only agents with ``in_game[n, j]`` are candidates.
+      k: neighbours per agent (static), ``k >= 1``.
+      queries: ``"all"`` (every agent's list, as `kernels.nearest_k`) or ``"in_game"``
+        (agents out of the game get empty lists: ``valid`` all ``False``).
+      block_cols: candidates per unrolled step ``U`` (power of two; default
+        `GRID_UNROLL` compiled, 1 in interpret mode).
+      interpret: Pallas interpret mode (default: on the CPU backend).
+
+    Returns:
+      ``idx [N, M, k]`` int32 and ``valid [N, M, k]`` bool, as `kernels.nearest_k` per
+      env (with ``queries="in_game"``, rows of agents out of the game are padding).
+    """
+    out = _grid_search(
+        x, y, in_game, k, queries=queries, block_cols=block_cols, interpret=interpret
+    )
+    return kn._finish(out)
+
+
+def grid_search_stats(
+    x: jax.Array, y: jax.Array, in_game: jax.Array, k: int, **options
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """`nearest_k_grid_batched` plus its cost: ``idx, valid`` and ``trips [N, blocks]``
+    float32, each block's candidate loads per lane (the longest lane's, summed over its
+    row segments; re-searches count again)."""
+    out, trips = _grid_search(x, y, in_game, k, stats=True, **options)
+    idx, valid = kn._finish(out)
+    return idx, valid, trips

@@ -1,0 +1,126 @@
+"""Micro-benchmark of the per-query grid search against the sorted search (search alone).
+
+``python -m experiments.benchmarks.grid_probe`` checks, then times, the k-nearest
+searches on the default device:
+
+* **check**: `grid_knn.nearest_k_grid_batched` against the plain-JAX `neighbors.nearest_k`
+  on `knn_probe.make_states`' states (uniform, clustered, half out, lattice with exact
+  ties) and on Tag states (WarpDrive's config, ``--check_envs`` envs after 0 and 60
+  random steps), with ``queries="all"`` (every row equal) and ``"in_game"`` (in-game rows
+  equal, the others empty). Verdicts as `knn_probe.check_equal`.
+* **time**: for each size ``N:M``, Tag states after ``--steps`` random steps (the part
+  of an episode the env benchmark times), the sorted search (`kernels` defaults) and the
+  grid search for each ``--unrolls`` and both ``queries``; median of ``--repeats``
+  compiled calls. ``trips`` is the grid search's candidate loads per block of 32 lanes
+  (`grid_knn.grid_search_stats`, mean over blocks of all agents; the sorted search streams
+  about 124 per block at 2000 × 1000). ``--repeats`` is the benchmark command's flag.
+
+Rows are appended to ``--probe_out`` as JSON lines. ``--tiny`` runs small sizes (CPU:
+interpret mode) as a smoke test.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from absl import app, flags
+
+from environments.tag_continuous import grid_knn, kernels, neighbors
+from experiments.benchmarks.knn_obs_probe import check_states, make_env
+from experiments.benchmarks.knn_probe import check_equal, make_states
+from experiments.benchmarks.timing import append_jsonl, device_info, time_compiled
+
+__all__ = ["check_rows", "define_flags", "tag_states"]
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """The probe's flags (defined only when run as a program)."""
+    flags.DEFINE_list("sizes", ["2000:1000"], "N:M sizes timed (Tag: 5 taggers, M - 5 runners)")
+    flags.DEFINE_list("unrolls", ["1", "2", "4"], "grid search unrolls U timed")
+    flags.DEFINE_integer("k", 10, "neighbours")
+    flags.DEFINE_integer("steps", 50, "random Tag steps before the timed states")
+    flags.DEFINE_integer("check_envs", 64, "envs of the check states")
+    flags.DEFINE_string("probe_out", "", "JSON-lines file to append to (none if empty)")
+    flags.DEFINE_bool("tiny", False, "tiny sizes (CPU smoke test)")
+
+
+def tag_states(n: int, m: int, k: int, steps: tuple[int, ...]) -> dict[str, tuple]:
+    """Tag positions after each of ``steps`` random steps: name -> ``(x, y, in_game)``."""
+    env, params = make_env(5, m - 5, k, "pallas")
+    out = {}
+    for s in steps:
+        st = check_states(env, params, n, max(s, 1))["stepped" if s else "reset"]
+        out[f"tag{s}"] = (st.x, st.y, st.in_game)
+    return out
+
+
+def check_rows(k: int, states: dict[str, tuple], queries: str) -> str:
+    """The grid search's verdict against `neighbors.nearest_k` on ``states``."""
+    ref = jax.jit(jax.vmap(functools.partial(neighbors.nearest_k, k=k)))
+    grid = jax.jit(lambda x, y, g: grid_knn.nearest_k_grid_batched(x, y, g, k, queries=queries))
+    results = []
+    for x, y, g in states.values():
+        ri, rv = ref(x, y, g)
+        if queries == "in_game":
+            gm = g[:, :, None]
+            ri = jnp.where(gm, ri, jnp.arange(x.shape[1], dtype=jnp.int32)[None, :, None])
+            rv = rv & gm
+        results.append((*grid(x, y, g), ri, rv))
+    return check_equal(results, list(states.values()))
+
+
+def _ms(fn, args, repeats: int) -> float:
+    compiled = jax.jit(fn).lower(*args).compile()
+    _, times = time_compiled(lambda: compiled(*args), repeats)
+    return 1e3 * statistics.median(times)
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    info = device_info()
+    print(f"device: {info['device']}  jax {info['jax']}")
+    k = FLAGS.k
+    sizes = ["4:100"] if FLAGS.tiny else FLAGS.sizes
+    check_n = 2 if FLAGS.tiny else FLAGS.check_envs
+    check_m = int(sizes[0].split(":")[1])
+    states = make_states(jax.random.key(0), check_n, check_m, 20.0)
+    states.update(tag_states(check_n, check_m, k, (0, 60)))
+    for queries in grid_knn.GRID_QUERIES:
+        verdict = check_rows(k, states, queries)
+        print(f"check M={check_m} k={k} queries={queries}: {verdict}")
+        if FLAGS.probe_out:
+            rec = {"probe": "grid_check", "m": check_m, "k": k, "queries": queries}
+            append_jsonl(FLAGS.probe_out, {**rec, "verdict": verdict, **info})
+    print(f"{'N':>6} {'M':>6} {'search':<18} {'ms':>9} {'trips':>7}")
+    for size in sizes:
+        n, m = (int(v) for v in size.split(":"))
+        x, y, g = tag_states(n, m, k, (FLAGS.steps,))[f"tag{FLAGS.steps}"]
+        rows: list[tuple[str, float, float | None]] = []
+        sorted_fn = functools.partial(kernels._lists_batched, k=k, method="sorted")
+        rows.append(("sorted", _ms(sorted_fn, (x, y, g), FLAGS.repeats), None))
+        for queries in grid_knn.GRID_QUERIES:
+            _, _, trips = grid_knn.grid_search_stats(x, y, g, k, queries=queries)
+            per_block = float(jnp.mean(trips))
+            for u in FLAGS.unrolls:
+                fn = functools.partial(
+                    grid_knn._grid_search, k=k, queries=queries, block_cols=int(u)
+                )
+                rows.append((f"grid {queries} U={u}", _ms(fn, (x, y, g), FLAGS.repeats), per_block))
+        for name, ms, trips in rows:
+            t = "-" if trips is None else f"{trips:.1f}"
+            print(f"{n:>6} {m:>6} {name:<18} {ms:>9.4f} {t:>7}")
+            if FLAGS.probe_out:
+                rec: dict[str, Any] = {"probe": "grid_time", "num_envs": n, "m": m, "k": k}
+                rec.update(search=name, ms=ms, trips=trips, steps=FLAGS.steps, **info)
+                append_jsonl(FLAGS.probe_out, rec)
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)

@@ -1,0 +1,148 @@
+"""Tests of TagContinuous's per-query grid search (`grid_knn.nearest_k_grid_batched`).
+
+The kernel runs in Pallas interpret mode on the CPU (compiled on a GPU backend) and must
+equal the plain-JAX reference `neighbors.nearest_k` bit for bit (indices and validity,
+padding included) on the sorted search's stress states (uniform, clustered, lattice ties,
+duplicates, agents out of the game down to none, everyone at one point, two far
+clusters) and on stepped Tag states; with ``queries="in_game"`` the in-game rows must be
+the same and the others empty. Also: the env's observations do not depend on which
+large-``M`` search it uses, the cost statistic matches what the module doc promises
+(fewer candidates per query than the sorted search's blocks), and bad input raises.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+
+from environments.tag_continuous import grid_knn, kernels
+from tests.environments.test_tag_sorted_knn import KINDS, _reference, assert_same, make_states
+
+
+@functools.cache
+def _grid(k, queries="all", stats=False, **options):
+    if stats:
+        return jax.jit(
+            lambda x, y, g: grid_knn.grid_search_stats(x, y, g, k, queries=queries, **options)
+        )
+    return jax.jit(
+        lambda x, y, g: grid_knn.nearest_k_grid_batched(x, y, g, k, queries=queries, **options)
+    )
+
+
+def _in_game_rows(idx, valid, g):
+    """``idx, valid`` with rows of agents out of the game as the grid's empty rows."""
+    gm = np.asarray(g)[:, :, None]
+    self_idx = np.arange(idx.shape[1], dtype=np.int32)[None, :, None]
+    return np.where(gm, idx, self_idx), np.asarray(valid) & gm
+
+
+@pytest.mark.parametrize(("m", "k"), [(37, 12), (100, 5), (300, 10)])
+def test_grid_matches_reference(m, k):
+    x, y, g = make_states(m, KINDS, seed=m + k)
+    ref_idx, ref_valid = map(np.asarray, _reference(k)(x, y, g))
+    idx, valid = map(np.asarray, _grid(k)(x, y, g))
+    assert_same(idx, valid, ref_idx, ref_valid, f"grid m={m} k={k}")
+    idx, valid = map(np.asarray, _grid(k, "in_game")(x, y, g))
+    want_idx, want_valid = _in_game_rows(ref_idx, ref_valid, g)
+    assert_same(idx, valid, want_idx, want_valid, f"grid in_game m={m} k={k}")
+
+
+@pytest.mark.parametrize("u", [2, 4])
+def test_grid_unrolled_merge_matches_reference(u):
+    """The compiled default takes ``U`` candidates per step through the merge network."""
+    x, y, g = make_states(100, KINDS[:6], seed=5)
+    ref_idx, ref_valid = map(np.asarray, _reference(10)(x, y, g))
+    idx, valid = map(np.asarray, _grid(10, block_cols=u)(x, y, g))
+    assert_same(idx, valid, ref_idx, ref_valid, f"grid U={u}")
+
+
+@pytest.mark.parametrize(("cell_agents", "target"), [(0.3, 1.0), (6.0, 4.0)])
+def test_grid_settings_keep_results(monkeypatch, cell_agents, target):
+    """Fine cells with a small first window (phase 2 for most lanes) and coarse cells with
+    a large one: the same lists."""
+    monkeypatch.setattr(grid_knn, "GRID_CELL_AGENTS", cell_agents)
+    monkeypatch.setattr(grid_knn, "GRID_TARGET", target)
+    x, y, g = make_states(120, KINDS, seed=11)
+    ref_idx, ref_valid = map(np.asarray, _reference(6)(x, y, g))
+    fn = jax.jit(lambda a, b, c: grid_knn.nearest_k_grid_batched(a, b, c, 6))
+    idx, valid = map(np.asarray, fn(x, y, g))
+    assert_same(idx, valid, ref_idx, ref_valid, f"cells {cell_agents} target {target}")
+
+
+@pytest.fixture(scope="module")
+def tag_states():
+    """Tag states (5 taggers + 251 runners, WarpDrive's config) after 0 and 60 random
+    steps: agents clipped at the edges, runners tagged out of the game."""
+    from experiments.benchmarks.knn_obs_probe import check_states, make_env
+
+    env, params = make_env(5, 251, 10, "pallas")
+    reset = check_states(env, params, 2, 1)["reset"]
+    stepped = check_states(env, params, 2, 60)["stepped"]
+    return env, params, reset, stepped
+
+
+def test_grid_on_tag_states_and_cost(tag_states):
+    _, _, reset, stepped = tag_states
+    for state in (reset, stepped):
+        x, y, g = (np.asarray(a) for a in (state.x, state.y, state.in_game))
+        ref_idx, ref_valid = map(np.asarray, _reference(10)(x, y, g))
+        idx, valid, trips = _grid(10, "all", True)(x, y, g)
+        assert_same(np.asarray(idx), np.asarray(valid), ref_idx, ref_valid, "tag all")
+        idx, valid, trips_in = _grid(10, "in_game", True)(x, y, g)
+        want = _in_game_rows(ref_idx, ref_valid, g)
+        assert_same(np.asarray(idx), np.asarray(valid), *want, "tag in_game")
+        trips, trips_in = np.asarray(trips), np.asarray(trips_in)
+        assert trips.shape == (2, 8)
+        # Each lane streams its own cells: well under the 256 candidates of a brute force,
+        # and skipping the queries out of the game never costs more.
+        assert 20 < trips.mean() < 150, trips
+        assert trips_in.sum() <= trips.sum()
+
+
+def test_env_observations_do_not_depend_on_the_large_search(tag_states, monkeypatch):
+    """The env's observations with the grid search (lists of agents out of the game left
+    empty) equal those with the sorted search (every list)."""
+    env, params, _, stepped = tag_states
+    obs = {}
+    for method, queries in (("sorted", "all"), ("grid", "in_game")):
+        monkeypatch.setattr(kernels, "LARGE_METHOD", method)
+        monkeypatch.setattr(kernels, "ENV_QUERIES", queries)
+        fn = jax.jit(jax.vmap(lambda s: env.observations(s, params)))
+        obs[method] = jax.tree.map(np.asarray, fn(stepped))
+    assert not np.all(np.asarray(stepped.in_game))  # some rows are out of the game
+    for group in obs["sorted"]:
+        np.testing.assert_array_equal(obs["grid"][group], obs["sorted"][group])
+
+
+def test_method_selection(monkeypatch):
+    monkeypatch.setattr(kernels, "LARGE_METHOD", "grid")
+    assert kernels._resolve_method(None, 300) == "grid"
+    assert kernels._resolve_method(None, 100) == "brute"
+    assert kernels._resolve_method(None, grid_knn.GRID_MAX_AGENTS + 1) == "sorted"
+    monkeypatch.setattr(kernels, "LARGE_METHOD", "sorted")
+    assert kernels._resolve_method(None, 300) == "sorted"
+    monkeypatch.setattr(kernels, "LARGE_METHOD", "bogus")
+    with pytest.raises(ValueError, match="LARGE_METHOD"):
+        kernels._resolve_method(None, 300)
+    with pytest.raises(ValueError, match="method must be one of"):
+        kernels._resolve_method("grids", 300)
+
+
+def test_grid_bad_inputs_raise():
+    x = np.zeros((1, 40), np.float32)
+    g = np.ones((1, 40), bool)
+    with pytest.raises(ValueError, match="queries"):
+        grid_knn.nearest_k_grid_batched(x, x, g, 3, queries="some")
+    with pytest.raises(ValueError, match="k >= 1"):
+        grid_knn.nearest_k_grid_batched(x, x, g, 0)
+    with pytest.raises(ValueError, match="at most 1024 agents"):
+        big = np.zeros((1, 1025), np.float32)
+        grid_knn.nearest_k_grid_batched(big, big, np.ones((1, 1025), bool), 3)
+    with pytest.raises(ValueError, match="power of two"):
+        grid_knn.nearest_k_grid_batched(x, x, g, 3, block_cols=3)
+    with pytest.raises(ValueError, match="queries"):
+        kernels.nearest_k_lists(x[0], x[0], g[0], 3, queries="some", method="sorted")
