@@ -129,11 +129,10 @@ def _grid_prep_kernel(
     x, y = x_ref[own], y_ref[own]
     gin = real & (g_ref[own] != 0)
     n_in = jnp.sum(gin.astype(jnp.int32))
-    inf = jnp.float32(kn._INF)
-    x0 = jnp.min(jnp.where(gin, x, inf))
-    y0 = jnp.min(jnp.where(gin, y, inf))
-    wx = jnp.max(jnp.where(gin, x, -inf)) - x0
-    wy = jnp.max(jnp.where(gin, y, -inf)) - y0
+    x0 = jnp.min(jnp.where(gin, x, kn._INF))
+    y0 = jnp.min(jnp.where(gin, y, kn._INF))
+    wx = jnp.max(jnp.where(gin, x, -kn._INF)) - x0
+    wy = jnp.max(jnp.where(gin, y, -kn._INF)) - y0
     some = n_in > 0
     x0 = jnp.where(some, x0, jnp.float32(0.0))
     y0 = jnp.where(some, y0, jnp.float32(0.0))
@@ -338,7 +337,7 @@ def _grid_knn_kernel(
         return kn._packed_merge(lists, keys)
 
     init = tuple(jnp.full((_BM,), kn._EMPTY_KEY, jnp.int32) for _ in range(slots))
-    zero = jnp.int32(0)
+    zero = jnp.minimum(b, 0)  # a traced 0 (a literal cannot leave a Triton cond branch)
 
     def search():
         keys, count = phase1(init, packed_ins, zero)

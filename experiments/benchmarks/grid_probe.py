@@ -75,6 +75,23 @@ def check_rows(k: int, states: dict[str, tuple], queries: str) -> str:
     return check_equal(results, list(states.values()))
 
 
+def check_prep(x, y, g) -> str:
+    """The compiled preparation's outputs against interpret mode's (``prm``'s scale may
+    differ in its last bits: the division), ``"equal"`` or what differs."""
+    run = lambda interp: jax.jit(lambda a, b, c: grid_knn._grid_prep(a, b, c, interp))(x, y, g)
+    names = ("xc", "yc", "oc", "cs", "sat", "prm")
+    got, want = run(jax.default_backend() == "cpu"), run(True)
+    bad = []
+    for name, a, b in zip(names, got, want, strict=True):
+        if name == "prm":
+            ok = bool(jnp.allclose(a, b, rtol=1e-6))
+        else:
+            ok = bool(jnp.array_equal(a, b))
+        if not ok:
+            bad.append(name)
+    return "equal" if not bad else "DIFFER: " + ",".join(bad)
+
+
 def _ms(fn, args, repeats: int) -> float:
     compiled = jax.jit(fn).lower(*args).compile()
     _, times = time_compiled(lambda: compiled(*args), repeats)
@@ -91,6 +108,8 @@ def main(argv: list[str]) -> None:
     check_m = int(sizes[0].split(":")[1])
     states = make_states(jax.random.key(0), check_n, check_m, 20.0)
     states.update(tag_states(check_n, check_m, k, (0, 60)))
+    for name, (x, y, g) in states.items():
+        print(f"prep {name}: {check_prep(x[:4], y[:4], g[:4])}")
     for queries in grid_knn.GRID_QUERIES:
         verdict = check_rows(k, states, queries)
         print(f"check M={check_m} k={k} queries={queries}: {verdict}")

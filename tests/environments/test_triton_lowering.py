@@ -16,7 +16,14 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from environments.tag_continuous import full_obs, kernels, knn_obs, step_kernel, vector_step
+from environments.tag_continuous import (
+    full_obs,
+    grid_knn,
+    kernels,
+    knn_obs,
+    step_kernel,
+    vector_step,
+)
 from environments.tag_continuous.env import action_values
 
 N, T, R = 3, 4, 40
@@ -48,6 +55,19 @@ def test_nearest_k_lowers_to_triton(method: str) -> None:
     x, y, g = _positions()
     fn = lambda x, y, g: kernels.nearest_k_batched(x, y, g, K, method=method, interpret=False)
     assert _lowered_triton_calls(fn, x, y, g) == (SORTED_CALLS if method == "sorted" else 1)
+
+
+@pytest.mark.parametrize("queries", grid_knn.GRID_QUERIES)
+@pytest.mark.parametrize("u", [1, 2])
+def test_grid_search_lowers_to_triton(queries: str, u: int) -> None:
+    """The grid search: its preparation and its search kernel (both unroll forms)."""
+    x, y, g = _positions()
+    fn = lambda x, y, g: grid_knn.nearest_k_grid_batched(
+        x, y, g, K, queries=queries, block_cols=u, interpret=False
+    )
+    assert _lowered_triton_calls(fn, x, y, g) == 2
+    stats = lambda x, y, g: grid_knn.grid_search_stats(x, y, g, K, block_cols=u, interpret=False)
+    assert _lowered_triton_calls(stats, x, y, g) == 2
 
 
 @pytest.mark.parametrize("order", ["curve", "best", "keyed"])
