@@ -73,6 +73,7 @@ __all__ = [
     "GRID_CELL_AGENTS",
     "GRID_MAX_AGENTS",
     "GRID_MAX_CELLS",
+    "GRID_POSITION_KEYS",
     "GRID_QUERIES",
     "GRID_TARGET",
     "GRID_UNROLL",
@@ -92,6 +93,10 @@ GRID_MAX_CELLS = 31
 GRID_TARGET = 2.5
 #: Candidates per unrolled loop step ``U`` (compiled; interpret mode uses 1).
 GRID_UNROLL = 2
+#: The packed keys' low bits: ``True``, the candidate's sorted position (no id load per
+#: candidate; ids are gathered for the ``k`` listed ones, and the exact re-sort breaks
+#: ties by id explicitly); ``False``, its id, as the other searches. Same lists.
+GRID_POSITION_KEYS = True
 #: Which agents' lists the env asks for: ``"all"`` (`nearest_k`'s contract) or
 #: ``"in_game"`` (the lists of agents out of the game left empty; see the module doc).
 GRID_QUERIES = ("all", "in_game")
@@ -212,7 +217,7 @@ def _grid_prep(x, y, in_game, interpret: bool):
 # --------------------------------------------------------------------------- search
 def _grid_knn_kernel(
     prm_ref, cs_ref, sat_ref, xc_ref, yc_ref, oc_ref, x_ref, y_ref, *out_refs,
-    k, m, mp, unroll, target, in_game_only, key_bits, stats,
+    k, m, mp, unroll, target, in_game_only, key_bits, stats, position_keys,
 ):  # fmt: skip
     """One env, 32 consecutive sorted queries (one per lane): see the module doc.
 
@@ -270,7 +275,8 @@ def _grid_knn_kernel(
 
     def stream(lists, st, ln, ins, count):
         """Streams each lane's candidates ``st .. st + ln - 1`` (``[BM]`` each) into its
-        list; the loop runs for the longest lane."""
+        list as ``(d, j)`` pairs (``j``: the candidate's id, or its sorted position when
+        ``ins`` takes position keys); the loop runs for the longest lane."""
         longest = jnp.max(ln)
         steps = (longest + unroll - 1) // unroll
 
@@ -283,7 +289,7 @@ def _grid_knn_kernel(
                 dy = qy - yc_ref[pos]
                 d = dx * dx + dy * dy
                 d = jnp.where((j < ln) & (pos != qc), d, kn._INF)
-                batch.append((d, oc_ref[pos]))
+                batch.append((d, pos if ins is packed_ins and position_keys else oc_ref[pos]))
             return ins(lists, batch)
 
         return lax.fori_loop(0, steps, body, lists), count + longest
@@ -358,13 +364,27 @@ def _grid_knn_kernel(
             (keys, count),
         )
 
-        def dist(j):  # exact distances to the agents j [BM] (ids; junk ids clamped)
-            jj = jnp.clip(j, 0, m - 1)
-            dx = qx - x_ref[jj]
-            dy = qy - y_ref[jj]
-            return dx * dx + dy * dy
+        if position_keys:
 
-        lists, amb = kn._packed_lists(keys, k, key_bits, dist)
+            def dist(j):  # exact distances to the candidates at positions j [BM]
+                jj = jnp.minimum(j, mp - 1)
+                dx = qx - xc_ref[jj]
+                dy = qy - yc_ref[jj]
+                return dx * dx + dy * dy
+
+            def ids(j):
+                return oc_ref[jnp.minimum(j, mp - 1)]
+
+        else:
+            ids = None
+
+            def dist(j):  # exact distances to the agents j [BM] (ids; junk ids clamped)
+                jj = jnp.clip(j, 0, m - 1)
+                dx = qx - x_ref[jj]
+                dy = qy - y_ref[jj]
+                return dx * dx + dy * dy
+
+        lists, amb = kn._packed_lists(keys, k, key_bits, dist, ids)
 
         def exact():  # the same windows with the (d, j) insertion
             def lex_ins(pair, batch):
@@ -414,7 +434,8 @@ def _grid_search(x, y, in_game, k, *, queries="all", block_cols=None, interpret=
     kernel = functools.partial(
         _grid_knn_kernel, k=k, m=m, mp=mp, unroll=u,
         target=math.ceil(float(GRID_TARGET) * k), in_game_only=queries == "in_game",
-        key_bits=max(1, (m - 1).bit_length()), stats=stats,
+        key_bits=max(1, ((mp if GRID_POSITION_KEYS else m) - 1).bit_length()), stats=stats,
+        position_keys=bool(GRID_POSITION_KEYS),
     )  # fmt: skip
     env = lambda length: pl.BlockSpec((None, length), lambda e, b: (e, 0))
     out_shape = [jax.ShapeDtypeStruct((n, m * k), jnp.int32)]

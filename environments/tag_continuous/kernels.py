@@ -439,7 +439,7 @@ PACKED_SKIP_DISTINCT = True
 _RESORT_PASSES = 3
 
 
-def _packed_lists(lk, k: int, bits: int, dist):
+def _packed_lists(lk, k: int, bits: int, dist, ids=None):
     """The exact lists from a packed search's ``S = len(lk) > k`` sorted keys, and which
     lanes cannot be resolved from them.
 
@@ -457,6 +457,11 @@ def _packed_lists(lk, k: int, bits: int, dist):
     Returns ``(lists, ambiguous)``: ``k`` tuples of ``[BM]`` int32 indices (-1 = none)
     and ``[BM]`` bool. With `PACKED_SKIP_DISTINCT`, a block where no lane lists two
     finite keys of one truncation skips the re-sort: the keys' order is then exact.
+
+    ``ids``: when the keys' low bits are not the agents' indices but positions in some
+    other order (the grid search's), ``ids(low [BM]) -> [BM]`` maps them to indices;
+    ``dist`` then takes the low bits as they are, and the re-sort breaks ties of equal
+    distances by index explicitly (the keys' order is not the index order).
     """
     low = (1 << bits) - 1
     fin = [key < _INF_KEY for key in lk]
@@ -468,22 +473,27 @@ def _packed_lists(lk, k: int, bits: int, dist):
         collide = functools.reduce(jnp.logical_or, same, jnp.zeros(lk[0].shape, bool))
 
         def direct():
-            lists = tuple(jnp.where(f, key & low, -1) for f, key in zip(fin[:k], lk, strict=False))
+            lists = tuple(
+                jnp.where(f, key & low if ids is None else ids(key & low), -1)
+                for f, key in zip(fin[:k], lk, strict=False)
+            )
             return lists, jnp.zeros(lk[0].shape, bool)
 
-        return lax.cond(_any(collide), lambda: _resort(lk, k, bits, dist, fin), direct)
-    return _resort(lk, k, bits, dist, fin)
+        return lax.cond(_any(collide), lambda: _resort(lk, k, bits, dist, fin, ids), direct)
+    return _resort(lk, k, bits, dist, fin, ids)
 
 
-def _resort(lk, k: int, bits: int, dist, fin):
+def _resort(lk, k: int, bits: int, dist, fin, ids=None):
     """`_packed_lists` by the exact re-sort (see there)."""
     low = (1 << bits) - 1
     amb = fin[k - 1] & ((lk[k - 1] >> bits) == (lk[-1] >> bits))
-    keys = list(lk)
-    ds = [jnp.where(f, dist(key & low), _INF) for f, key in zip(fin, keys, strict=True)]
+    keys = [key & low if ids is None else ids(key & low) for key in lk]  # indices
+    ds = [jnp.where(f, dist(key & low), _INF) for f, key in zip(fin, lk, strict=True)]
     for p in range(_RESORT_PASSES):
         for s in range(p % 2, len(keys) - 1, 2):
             swap = ds[s + 1] < ds[s]
+            if ids is not None:  # equal distances by index (the keys were by position)
+                swap = swap | ((ds[s + 1] == ds[s]) & (keys[s + 1] < keys[s]))
             ds[s], ds[s + 1] = jnp.where(swap, ds[s + 1], ds[s]), jnp.where(swap, ds[s], ds[s + 1])
             keys[s], keys[s + 1] = (
                 jnp.where(swap, keys[s + 1], keys[s]),
@@ -491,7 +501,9 @@ def _resort(lk, k: int, bits: int, dist, fin):
             )
     for s in range(len(keys) - 1):
         amb = amb | (ds[s + 1] < ds[s])
-    return tuple(jnp.where(key < _INF_KEY, key & low, -1) for key in keys[:k]), amb
+        if ids is not None:  # a run of equal distances longer than the passes sort
+            amb = amb | ((ds[s + 1] == ds[s]) & (ds[s] < _INF) & (keys[s + 1] < keys[s]))
+    return tuple(jnp.where(d < _INF, key, -1) for d, key in zip(ds[:k], keys[:k], strict=True)), amb
 
 
 def _insert_pair(ld, lj, d, j, lex: bool):

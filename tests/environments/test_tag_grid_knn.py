@@ -60,6 +60,20 @@ def test_grid_unrolled_merge_matches_reference(u):
     assert_same(idx, valid, ref_idx, ref_valid, f"grid U={u}")
 
 
+@pytest.mark.parametrize("position_keys", [True, False])
+def test_grid_key_forms_match_reference(monkeypatch, position_keys):
+    """Keys holding sorted positions (ids gathered at the end, ties by id in the re-sort)
+    or ids: the same lists, also on lattice states where the re-sort and the exact
+    re-search run."""
+    monkeypatch.setattr(grid_knn, "GRID_POSITION_KEYS", position_keys)
+    monkeypatch.setattr(kernels, "PACKED_SKIP_DISTINCT", False)  # always re-sort
+    x, y, g = make_states(90, KINDS, seed=3)
+    ref_idx, ref_valid = map(np.asarray, _reference(7)(x, y, g))
+    fn = jax.jit(lambda a, b, c: grid_knn.nearest_k_grid_batched(a, b, c, 7))
+    idx, valid = map(np.asarray, fn(x, y, g))
+    assert_same(idx, valid, ref_idx, ref_valid, f"position keys {position_keys}")
+
+
 @pytest.mark.parametrize(("cell_agents", "target"), [(0.3, 1.0), (6.0, 4.0)])
 def test_grid_settings_keep_results(monkeypatch, cell_agents, target):
     """Fine cells with a small first window (phase 2 for most lanes) and coarse cells with

@@ -190,14 +190,15 @@ def test_sorted_equals_brute_force_kernel():
     assert_same(idx, valid, b_idx, b_valid, "vs brute")
 
 
-def test_auto_method_selection():
+def test_auto_method_selection(monkeypatch):
+    monkeypatch.setattr(kernels, "LARGE_METHOD", "sorted")
     assert kernels._resolve_method(None, kernels.SORTED_MIN_AGENTS - 1) == "brute"
     assert kernels._resolve_method(None, kernels.SORTED_MIN_AGENTS) == "sorted"
     assert kernels._resolve_method("brute", 10_000) == "brute"
     assert kernels._resolve_method("sorted", 3) == "sorted"
     with pytest.raises(ValueError, match="method must be"):
-        kernels._resolve_method("grid", 3)
-    # The default path at M >= SORTED_MIN_AGENTS is the sorted search (same results).
+        kernels._resolve_method("grids", 3)
+    # The default path at M >= SORTED_MIN_AGENTS is the large search (same results).
     m, k = kernels.SORTED_MIN_AGENTS, 4
     x, y, g = make_states(m, ("out_random",), seed=2)
     idx, valid = jax.jit(functools.partial(kernels.nearest_k, k=k, interpret=True))(
@@ -251,7 +252,7 @@ def test_sorted_bad_options_raise():
     with pytest.raises(ValueError, match="k >= 1"):
         kernels.nearest_k_sorted_batched(x, x, g, 0)
     with pytest.raises(ValueError, match="method must be"):
-        kernels.nearest_k(x[0], x[0], g[0], 2, method="grid")
+        kernels.nearest_k(x[0], x[0], g[0], 2, method="grids")
 
 
 @pytest.mark.parametrize(("prepick", "lane_test"), [(True, True), (True, False), (False, False)])
