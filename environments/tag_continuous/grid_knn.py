@@ -91,8 +91,10 @@ GRID_MAX_CELLS = 31
 #: A lane's first window grows until it holds ``ceil(GRID_TARGET · k)`` candidates.
 #: The NumPy model: 2.0 → ≈ 5% of lanes need phase 2, 2.5 → ≈ 1%, 3.0 → ≈ 0.2%.
 GRID_TARGET = 2.5
-#: Candidates per unrolled loop step ``U`` (compiled; interpret mode uses 1).
-GRID_UNROLL = 2
+#: Candidates per unrolled loop step ``U`` (compiled; interpret mode uses 1), merged into
+#: the list by `kernels._packed_merge`. H200, 2000 × (5+995), the search kernel: 386 µs
+#: (``U = 2``), 355 µs (4), with id keys (2026-11-24 run 47).
+GRID_UNROLL = 4
 #: The packed keys' low bits: ``True``, the candidate's sorted position (no id load per
 #: candidate; ids are gathered for the ``k`` listed ones, and the exact re-sort breaks
 #: ties by id explicitly); ``False``, its id, as the other searches. Same lists.
@@ -118,9 +120,10 @@ def _grid_prep_kernel(
 ):  # fmt: skip
     """One env: cells, the sort, the tables.
 
-    ``x, y [M]`` float32, ``g [M]`` int32 (1: in the game). Writes ``xc, yc [MP]`` (the
-    agents' positions in sorted order: in-game agents by (cell row, cell column, id),
-    then the others by id), ``oc [MP]`` int32 (their ids; ``M`` for padding), ``cs
+    ``x, y [M]`` float32, ``g [M]`` int32 (1: in the game). Writes ``xc, yc [2·MP]``
+    (the first ``MP``: the agents' positions in sorted order: in-game agents by (cell
+    row, cell column, id), then the others by id), ``oc [2·MP]`` int32 (their ids; ``M``
+    for padding; the tails are left unwritten), ``cs
     [1024]`` int32 (``cs[c]``: sorted agents with a key below ``c``; ``cs[1023]`` is the
     number in the game), ``sat [1024]`` int32 (in-game agents in cells ``(≤ cy, ≤ cx)``
     at ``cy·32 + cx``) and ``prm [8]`` float32 ``(x0, y0, s, G, n_in, 0, 0, 0)``: the
@@ -196,7 +199,11 @@ def _grid_prep(x, y, in_game, interpret: bool):
     row = lambda length: pl.BlockSpec((None, length), lambda e: (e, 0))
     f32 = lambda length: jax.ShapeDtypeStruct((n, length), jnp.float32)
     i32 = lambda length: jax.ShapeDtypeStruct((n, length), jnp.int32)
-    shapes = (f32(mp), f32(mp), i32(mp), i32(_TABLE), i32(_TABLE), f32(8), i32(p2), i32(p2))
+    # xc, yc, oc padded to 2·MP: a lane past its segment reads at most MP - 1 positions
+    # past the in-game ones (masked), so the search's loads need no clamp.
+    shapes = (
+        f32(2 * mp), f32(2 * mp), i32(2 * mp), i32(_TABLE), i32(_TABLE), f32(8), i32(p2), i32(p2),
+    )  # fmt: skip
     kernel = functools.partial(
         _grid_prep_kernel, m=m, mp=mp, cell_agents=float(GRID_CELL_AGENTS),
         max_cells=int(GRID_MAX_CELLS), interpret=interpret,
@@ -221,8 +228,8 @@ def _grid_knn_kernel(
 ):  # fmt: skip
     """One env, 32 consecutive sorted queries (one per lane): see the module doc.
 
-    Inputs as `_grid_prep_kernel` writes them, plus ``x, y [M]`` (positions by id, for
-    the exact re-sort). Writes each query's list of ids (``-1`` = none) at its row of the
+    Inputs as `_grid_prep_kernel` writes them (``xc, yc, oc`` padded to ``2·MP``), plus
+    ``x, y [M]`` (positions by id, for the exact re-sort with id keys). Writes each query's list of ids (``-1`` = none) at its row of the
     env's row-major ``out [M·k]`` and, with ``stats``, ``trips [32]`` (candidate loads
     per lane, every lane the same: the block's cost).
     """
@@ -274,17 +281,18 @@ def _grid_knn_kernel(
     a0, b0, c0, e0 = window(rad)
 
     def stream(lists, st, ln, ins, count):
+        u_ins = unroll if ins is packed_ins else 1  # the rare exact re-search: one by one
         """Streams each lane's candidates ``st .. st + ln - 1`` (``[BM]`` each) into its
         list as ``(d, j)`` pairs (``j``: the candidate's id, or its sorted position when
         ``ins`` takes position keys); the loop runs for the longest lane."""
         longest = jnp.max(ln)
-        steps = (longest + unroll - 1) // unroll
+        steps = (longest + u_ins - 1) // u_ins
 
         def body(t, lists):
             batch = []
-            for i in range(unroll):
-                j = t * unroll + i
-                pos = jnp.minimum(st + j, mp - 1)
+            for i in range(u_ins):
+                j = t * u_ins + i
+                pos = st + j  # within the padded [2·MP] arrays
                 dx = qx - xc_ref[pos]
                 dy = qy - yc_ref[pos]
                 d = dx * dx + dy * dy
@@ -447,7 +455,7 @@ def _grid_search(x, y, in_game, k, *, queries="all", block_cols=None, interpret=
         kernel,
         out_shape=tuple(out_shape),
         grid=(n, mp // _BM),
-        in_specs=[env(8), env(_TABLE), env(_TABLE), env(mp), env(mp), env(mp), env(m), env(m)],
+        in_specs=[env(8), env(_TABLE), env(_TABLE)] + [env(2 * mp)] * 3 + [env(m), env(m)],
         out_specs=tuple(out_specs),
         compiler_params=pl_triton.CompilerParams(num_warps=1),
         # Typical: ~60 candidates per query at ~45 simple ops.

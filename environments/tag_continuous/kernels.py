@@ -697,7 +697,7 @@ def _brute_lists(
 #: (`nearest_k_sorted_batched`) or ``"grid"`` (`grid_knn.nearest_k_grid_batched`, up to
 #: `grid_knn.GRID_MAX_AGENTS`; ``"sorted"`` above). Same results.
 LARGE_METHODS = ("sorted", "grid")
-LARGE_METHOD = "sorted"
+LARGE_METHOD = "grid"
 #: The queries the env asks its Pallas search for when the Pallas observation writer
 #: takes the lists (`nearest_k_lists`' ``queries``): ``"in_game"`` lets a search leave
 #: the lists of agents out of the game empty (the writer zeroes those rows' neighbour
@@ -745,12 +745,14 @@ def nearest_k_batched(
       in_game: ``[N, M]`` bool; only agents with ``in_game[n, j]`` are candidates.
       k: neighbours per agent (static), ``k >= 1`` (``k > M - 1`` pads).
       method: ``"brute"`` (`nearest_k_brute_batched`, every pair), ``"sorted"``
-        (`nearest_k_sorted_batched`, spatially pruned) or ``None``: ``"sorted"`` when
-        ``M >= SORTED_MIN_AGENTS`` (256), else ``"brute"``. Same results either way.
+        (`nearest_k_sorted_batched`, pruned per block of queries), ``"grid"``
+        (`grid_knn.nearest_k_grid_batched`, per query, ``M <= 1024``) or ``None``:
+        `LARGE_METHOD` when ``M >= SORTED_MIN_AGENTS`` (256; ``"sorted"`` where the
+        grid cannot), else ``"brute"``. Same results whichever.
       block_rows, block_cols, num_warps, num_stages, interpret: the chosen method's
         options (see its docstring; ``block_rows`` is ``BM``, ``block_cols`` the unroll
-        ``U`` in both). chunk_size, tie_check: ``"sorted"`` only; split_self_range:
-        ``"brute"`` only (each ignored by the other method).
+        ``U`` in all). chunk_size, tie_check: ``"sorted"`` only; split_self_range:
+        ``"brute"`` only (each ignored by the other methods).
 
     Returns:
       ``idx [N, M, k]`` int32 and ``valid [N, M, k]`` bool, as `nearest_k` per env.
@@ -839,7 +841,7 @@ def nearest_k(
       x, y: ``[M]`` float32 positions (finite).
       in_game: ``[M]`` bool; only agents with ``in_game[j]`` are candidates.
       k: neighbours per agent (static), ``k >= 1``.
-      method: ``"brute"``, ``"sorted"`` or ``None`` (``"sorted"`` from
+      method: ``"brute"``, ``"sorted"``, ``"grid"`` or ``None`` (`LARGE_METHOD` from
         ``SORTED_MIN_AGENTS`` agents), as `nearest_k_batched`.
       block_rows, block_cols, chunk_size, tie_check, num_warps, num_stages,
         split_self_range, interpret: as `nearest_k_batched`.
