@@ -229,9 +229,10 @@ def _grid_knn_kernel(
     """One env, 32 consecutive sorted queries (one per lane): see the module doc.
 
     Inputs as `_grid_prep_kernel` writes them (``xc, yc, oc`` padded to ``2·MP``), plus
-    ``x, y [M]`` (positions by id, for the exact re-sort with id keys). Writes each query's list of ids (``-1`` = none) at its row of the
-    env's row-major ``out [M·k]`` and, with ``stats``, ``trips [32]`` (candidate loads
-    per lane, every lane the same: the block's cost).
+    ``x, y [M]`` (positions by id, for the exact re-sort with id keys). Writes each
+    query's list of ids (``-1`` = none) at its row of the env's row-major ``out [M·k]``
+    and, with ``stats``, ``trips [32]`` (candidate loads per lane, every lane the same:
+    the block's cost).
     """
     b = pl.program_id(1)
     p = b * _BM + lax.broadcasted_iota(jnp.int32, (_BM,), 0)  # sorted positions
