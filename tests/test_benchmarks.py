@@ -167,13 +167,19 @@ def test_env_ab_probe_tiny(tmp_path, monkeypatch, capsys):
     assert env_ab_probe.parse_variant("pallas/fallback=0/wablate=const") == (
         "pallas", (("fallback", False), ("wablate", "const"))
     )  # fmt: skip
+    assert env_ab_probe.parse_variant("pallas/large=grid/gcell=1.5/gunroll=4/gpos=0") == (
+        "pallas", (("large", "grid"), ("gcell", 1.5), ("gunroll", 4), ("gpos", False))
+    )  # fmt: skip
     bad = (
         "rows", "pallas/chunk=6", "pallas/unroll=x", "pallas/sort=radix", "pallas/lanes=4",
         "pallas/step=cuda", "pallas/fold=2", "pallas/warps=3", "pallas/draws=yes",
         "pallas/network=bubble", "pallas/pwarps=6", "pallas/wablate=all",
+        "pallas/large=cells", "pallas/gcell=x", "pallas/gtarget=-1", "pallas/queries=some",
     )  # fmt: skip
     for text in bad:
-        with pytest.raises(ValueError, match="variant must be|power of two|one of|unknown|1 or 0"):
+        with pytest.raises(
+            ValueError, match="variant must be|power of two|one of|unknown|1 or 0|number > 0"
+        ):
             env_ab_probe.parse_variant(text)
     with pytest.raises(ValueError, match="rounds"):
         env_ab_probe.probe([(2, 1, 3)], [("xla", ())], 2, 0, 1, 1, 0)
@@ -184,6 +190,7 @@ def test_env_ab_probe_tiny(tmp_path, monkeypatch, capsys):
     out = tmp_path / "ab.jsonl"
     # The sorted search from 8 agents (default 256), so chunk and sort are exercised.
     monkeypatch.setattr(kernels, "SORTED_MIN_AGENTS", 8)
+    monkeypatch.setattr(kernels, "LARGE_METHOD", "sorted")
     settings = (("chunk", 4), ("unroll", 2), ("sort", "argsort"), ("block", 64))
     settings += (("step", "vector"), ("fold", "0"), ("elements", 64), ("draws", False))
     settings += (("pwarps", 2),)

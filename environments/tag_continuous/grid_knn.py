@@ -282,10 +282,10 @@ def _grid_knn_kernel(
     a0, b0, c0, e0 = window(rad)
 
     def stream(lists, st, ln, ins, count):
-        u_ins = unroll if ins is packed_ins else 1  # the rare exact re-search: one by one
         """Streams each lane's candidates ``st .. st + ln - 1`` (``[BM]`` each) into its
         list as ``(d, j)`` pairs (``j``: the candidate's id, or its sorted position when
         ``ins`` takes position keys); the loop runs for the longest lane."""
+        u_ins = unroll if ins is packed_ins else 1  # the rare exact re-search: one by one
         longest = jnp.max(ln)
         steps = (longest + u_ins - 1) // u_ins
 

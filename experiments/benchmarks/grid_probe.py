@@ -34,7 +34,7 @@ from experiments.benchmarks.knn_obs_probe import check_states, make_env
 from experiments.benchmarks.knn_probe import check_equal, make_states
 from experiments.benchmarks.timing import append_jsonl, device_info, time_compiled
 
-__all__ = ["check_rows", "define_flags", "tag_states"]
+__all__ = ["check_prep", "check_rows", "define_flags", "probe", "tag_states"]
 
 FLAGS = flags.FLAGS
 
@@ -101,46 +101,61 @@ def _ms(fn, args, repeats: int) -> float:
     return 1e3 * statistics.median(times)
 
 
-def main(argv: list[str]) -> None:
-    del argv
+def probe(
+    sizes: list[str], unrolls: list[int], k: int, steps: int, check_envs: int, repeats: int,
+    probe_out: str = "",
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Checks and times as the module doc says; prints the table, returns the records
+    (appended to ``probe_out`` too when given)."""
     info = device_info()
     print(f"device: {info['device']}  jax {info['jax']}")
-    k = FLAGS.k
-    sizes = ["4:100"] if FLAGS.tiny else FLAGS.sizes
-    check_n = 2 if FLAGS.tiny else FLAGS.check_envs
+    records: list[dict[str, Any]] = []
+
+    def emit(rec: dict[str, Any]) -> None:
+        records.append(rec)
+        if probe_out:
+            append_jsonl(probe_out, rec)
+
     check_m = int(sizes[0].split(":")[1])
-    states = make_states(jax.random.key(0), check_n, check_m, 20.0)
-    states.update(tag_states(check_n, check_m, k, (0, 60)))
+    states = make_states(jax.random.key(0), check_envs, check_m, 20.0)
+    states.update(tag_states(check_envs, check_m, k, (0, 60)))
     for name, (x, y, g) in states.items():
-        print(f"prep {name}: {check_prep(x[:4], y[:4], g[:4])}")
+        verdict = check_prep(x[:4], y[:4], g[:4])
+        print(f"prep {name}: {verdict}")
+        emit({"probe": "grid_prep", "m": check_m, "state": name, "verdict": verdict, **info})
     for queries in grid_knn.GRID_QUERIES:
         verdict = check_rows(k, states, queries)
         print(f"check M={check_m} k={k} queries={queries}: {verdict}")
-        if FLAGS.probe_out:
-            rec = {"probe": "grid_check", "m": check_m, "k": k, "queries": queries}
-            append_jsonl(FLAGS.probe_out, {**rec, "verdict": verdict, **info})
+        emit({"probe": "grid_check", "m": check_m, "k": k, "queries": queries,
+              "verdict": verdict, **info})  # fmt: skip
     print(f"{'N':>6} {'M':>6} {'search':<18} {'ms':>9} {'trips':>7}")
     for size in sizes:
         n, m = (int(v) for v in size.split(":"))
-        x, y, g = tag_states(n, m, k, (FLAGS.steps,))[f"tag{FLAGS.steps}"]
+        x, y, g = tag_states(n, m, k, (steps,))[f"tag{steps}"]
         rows: list[tuple[str, float, float | None]] = []
         sorted_fn = functools.partial(kernels._lists_batched, k=k, method="sorted")
-        rows.append(("sorted", _ms(sorted_fn, (x, y, g), FLAGS.repeats), None))
+        rows.append(("sorted", _ms(sorted_fn, (x, y, g), repeats), None))
         for queries in grid_knn.GRID_QUERIES:
             _, _, trips = grid_knn.grid_search_stats(x, y, g, k, queries=queries)
             per_block = float(jnp.mean(trips))
-            for u in FLAGS.unrolls:
-                fn = functools.partial(
-                    grid_knn._grid_search, k=k, queries=queries, block_cols=int(u)
-                )
-                rows.append((f"grid {queries} U={u}", _ms(fn, (x, y, g), FLAGS.repeats), per_block))
+            for u in unrolls:
+                fn = functools.partial(grid_knn._grid_search, k=k, queries=queries, block_cols=u)
+                rows.append((f"grid {queries} U={u}", _ms(fn, (x, y, g), repeats), per_block))
         for name, ms, trips in rows:
             t = "-" if trips is None else f"{trips:.1f}"
             print(f"{n:>6} {m:>6} {name:<18} {ms:>9.4f} {t:>7}")
-            if FLAGS.probe_out:
-                rec: dict[str, Any] = {"probe": "grid_time", "num_envs": n, "m": m, "k": k}
-                rec.update(search=name, ms=ms, trips=trips, steps=FLAGS.steps, **info)
-                append_jsonl(FLAGS.probe_out, rec)
+            emit({"probe": "grid_time", "num_envs": n, "m": m, "k": k, "search": name,
+                  "ms": ms, "trips": trips, "steps": steps, **info})  # fmt: skip
+    return records
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    tiny = FLAGS.tiny
+    probe(
+        ["4:100"] if tiny else FLAGS.sizes, [int(u) for u in FLAGS.unrolls], FLAGS.k,
+        FLAGS.steps, 2 if tiny else FLAGS.check_envs, FLAGS.repeats, FLAGS.probe_out,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
