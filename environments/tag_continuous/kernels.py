@@ -7,10 +7,11 @@ reference; the tests compare them with it and with a brute-force NumPy search):
   ``j != i`` with ``in_game[j]``, nearest first, ties by lower ``j``; padded with
   ``idx = i`` (the agent itself, so gathers stay in range) and ``valid = False`` when
   fewer than ``k`` qualify. The partial observation's neighbour list. Two exact
-  methods, same results: the brute-force kernel below (`nearest_k_brute_batched`,
+  methods here, same results: the brute-force kernel below (`nearest_k_brute_batched`,
   ``O(M²)``) and a spatially sorted, chunk-pruned search (`nearest_k_sorted_batched`,
-  about ``0.15·M²`` pairs at ``M = 1000``, fewer at larger ``M``), chosen from
-  ``M >= SORTED_MIN_AGENTS`` (256) unless ``method=`` says otherwise.
+  about ``0.15·M²`` pairs at ``M = 1000``, fewer at larger ``M``), and a third in
+  `grid_knn` (per-query cells, ``M <= 1024``); from ``M >= SORTED_MIN_AGENTS`` (256)
+  `LARGE_METHOD` picks between the last two unless ``method=`` says otherwise.
 * `nearest_tagger` / `nearest_tagger_batched`: for every runner, the index of its
   nearest tagger (lowest index on ties) and that squared distance. The tagging test,
   ``O(R·T)``.
