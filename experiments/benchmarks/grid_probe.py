@@ -103,10 +103,11 @@ def _ms(fn, args, repeats: int) -> float:
 
 def probe(
     sizes: list[str], unrolls: list[int], k: int, steps: int, check_envs: int, repeats: int,
-    probe_out: str = "",
+    probe_out: str = "", check_tag_steps: tuple[int, ...] = (0, 60),
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """Checks and times as the module doc says; prints the table, returns the records
-    (appended to ``probe_out`` too when given)."""
+    """Checks and times as the module doc says (the Tag check states after each of
+    ``check_tag_steps`` random steps); prints the table, returns the records (appended
+    to ``probe_out`` too when given)."""
     info = device_info()
     print(f"device: {info['device']}  jax {info['jax']}")
     records: list[dict[str, Any]] = []
@@ -118,7 +119,7 @@ def probe(
 
     check_m = int(sizes[0].split(":")[1])
     states = make_states(jax.random.key(0), check_envs, check_m, 20.0)
-    states.update(tag_states(check_envs, check_m, k, (0, 60)))
+    states.update(tag_states(check_envs, check_m, k, check_tag_steps))
     for name, (x, y, g) in states.items():
         verdict = check_prep(x[:4], y[:4], g[:4])
         print(f"prep {name}: {verdict}")
