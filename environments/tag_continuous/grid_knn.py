@@ -3,8 +3,10 @@
 `kernels.nearest_k_sorted_batched` prunes per block of 32 queries: a block streams every
 candidate near any of its queries, about 124 per query at 2000 envs × 1000 agents,
 ``k = 10``. Here each lane walks its own query's cells, so a lane streams only the
-candidates near its query (about 40–60), at the price of per-lane loads and of
-lanes waiting for the busiest lane of their row segment.
+candidates near its query (about 37 on Tag states), at the price of per-lane loads and
+of lanes waiting for the busiest lane of each row of cells: about 60 loads per block of
+32 queries (H200, `grid_search_stats`). Measured there: the search kernel 449 → 337 µs
+per step of 2000 × (5+995), the env step 1.10 → 0.97 ms (`experiments/benchmarks/NOTES.md`).
 
 Preparation (`_grid_prep_kernel`, one program per env): the in-game agents' bounding
 square is cut into ``G × G`` cells, ``G = round(sqrt(n_in / GRID_CELL_AGENTS))`` capped
