@@ -77,6 +77,7 @@ __all__ = [
     "GRID_MAX_CELLS",
     "GRID_POSITION_KEYS",
     "GRID_QUERIES",
+    "GRID_STAGES",
     "GRID_TARGET",
     "GRID_UNROLL",
     "grid_search_stats",
@@ -101,6 +102,8 @@ GRID_UNROLL = 4
 #: candidate; ids are gathered for the ``k`` listed ones, and the exact re-sort breaks
 #: ties by id explicitly); ``False``, its id, as the other searches. Same lists.
 GRID_POSITION_KEYS = True
+#: Triton pipelining stages of the search kernel's loops (``None``: Triton's default).
+GRID_STAGES: int | None = None
 #: Which agents' lists the env asks for: ``"all"`` (`nearest_k`'s contract) or
 #: ``"in_game"`` (the lists of agents out of the game left empty; see the module doc).
 GRID_QUERIES = ("all", "in_game")
@@ -460,7 +463,7 @@ def _grid_search(x, y, in_game, k, *, queries="all", block_cols=None, interpret=
         grid=(n, mp // _BM),
         in_specs=[env(8), env(_TABLE), env(_TABLE)] + [env(2 * mp)] * 3 + [env(m), env(m)],
         out_specs=tuple(out_specs),
-        compiler_params=pl_triton.CompilerParams(num_warps=1),
+        compiler_params=pl_triton.CompilerParams(num_warps=1, num_stages=GRID_STAGES),
         # Typical: ~60 candidates per query at ~45 simple ops.
         cost_estimate=pl.CostEstimate(
             flops=int(n * mp * 60 * 45),

@@ -91,6 +91,7 @@ SETTINGS = {
     "gtarget": (grid_knn, "GRID_TARGET", "float"),  # grid search: first window, x k
     "gunroll": (grid_knn, "GRID_UNROLL", "pow2"),  # grid search: unroll
     "gpos": (grid_knn, "GRID_POSITION_KEYS", "bool"),  # grid search: position keys
+    "gstages": (grid_knn, "GRID_STAGES", "int"),  # grid search: Triton pipelining stages
     "step": (None, "step_impl", ("auto", "xla", "pallas", "vector")),  # env's step_impl
     "fold": (None, "fold", ("1", "0")),  # the harness's output folds
 }
