@@ -5,8 +5,8 @@ candidate near any of its queries, about 124 per query at 2000 envs × 1000 agen
 ``k = 10``. Here each lane walks its own query's cells, so a lane streams only the
 candidates near its query (about 37 on Tag states), at the price of per-lane loads and
 of lanes waiting for the busiest lane of each row of cells: about 60 loads per block of
-32 queries (H200, `grid_search_stats`). Measured there: the search kernel 449 → 337 µs
-per step of 2000 × (5+995), the env step 1.10 → 0.97 ms (`experiments/benchmarks/NOTES.md`).
+32 queries (H200, `grid_search_stats`). Measured there: the search kernel 449 → 324 µs
+per step of 2000 × (5+995), the env step 1.10 → 0.96 ms (`experiments/benchmarks/NOTES.md`).
 
 Preparation (`_grid_prep_kernel`, one program per env): the in-game agents' bounding
 square is cut into ``G × G`` cells, ``G = round(sqrt(n_in / GRID_CELL_AGENTS))`` capped
@@ -103,6 +103,7 @@ GRID_UNROLL = 4
 #: ties by id explicitly); ``False``, its id, as the other searches. Same lists.
 GRID_POSITION_KEYS = True
 #: Triton pipelining stages of the search kernel's loops (``None``: Triton's default).
+#: H200: 1, 2 and the default give the same kernel, 323.6 µs (2026-11-24 run 52).
 GRID_STAGES: int | None = None
 #: Which agents' lists the env asks for: ``"all"`` (`nearest_k`'s contract) or
 #: ``"in_game"`` (the lists of agents out of the game left empty; see the module doc).
