@@ -105,8 +105,9 @@ GRID_POSITION_KEYS = True
 #: Triton pipelining stages of the search kernel's loops (``None``: Triton's default).
 #: H200: 1, 2 and the default give the same kernel, 323.6 µs (2026-11-24 run 52).
 GRID_STAGES: int | None = None
-#: Which agents' lists the env asks for: ``"all"`` (`nearest_k`'s contract) or
-#: ``"in_game"`` (the lists of agents out of the game left empty; see the module doc).
+#: The ``queries`` choices: ``"all"`` (`nearest_k`'s contract) or ``"in_game"`` (the lists
+#: of agents out of the game left empty; see the module doc). The env's choice is
+#: `kernels.ENV_QUERIES`.
 GRID_QUERIES = ("all", "in_game")
 #: The grid search handles up to this many agents (packed keys, 32 × 32 tables).
 GRID_MAX_AGENTS = 1024
@@ -129,9 +130,9 @@ def _grid_prep_kernel(
     ``x, y [M]`` float32, ``g [M]`` int32 (1: in the game). Writes ``xc, yc [2·MP]``
     (the first ``MP``: the agents' positions in sorted order: in-game agents by (cell
     row, cell column, id), then the others by id), ``oc [2·MP]`` int32 (their ids; ``M``
-    for padding; the tails are left unwritten), ``cs
-    [1024]`` int32 (``cs[c]``: sorted agents with a key below ``c``; ``cs[1023]`` is the
-    number in the game), ``sat [1024]`` int32 (in-game agents in cells ``(≤ cy, ≤ cx)``
+    for padding; the tails are left unwritten), ``cs [1024]`` int32 (``cs[c]``: sorted
+    agents with a key below ``c``; ``cs[1023]`` is the number in the game), ``sat
+    [1024]`` int32 (in-game agents in cells ``(≤ cy, ≤ cx)``
     at ``cy·32 + cx``) and ``prm [8]`` float32 ``(x0, y0, s, G, n_in, 0, 0, 0)``: the
     cell of a position is ``floor((x - x0)·s)`` clamped to ``[0, G - 1]``. ``buf0,
     buf1 [P]`` int32: the radix sort's buffers.
@@ -350,6 +351,15 @@ def _grid_knn_kernel(
 
         return rows(lists, ins, count, lo_row, hi_row, segs)
 
+    def phase2_if_needed(lists, ins, count, need, w1):
+        """`phase2` when some lane needs it, else ``(lists, count)`` as they are."""
+        return lax.cond(
+            kn._any(need),
+            lambda lc: phase2(lc[0], ins, lc[1], need, w1),
+            lambda lc: lc,
+            (lists, count),
+        )
+
     # ---- packed search
     def packed_ins(lists, batch):
         if len(batch) == 1:
@@ -372,12 +382,7 @@ def _grid_knn_kernel(
             clamp_cell(jnp.floor(v - reach)), clamp_cell(jnp.floor(v + reach)),
         )  # fmt: skip
         need = live & ((w1[0] < a0) | (w1[1] > b0) | (w1[2] < c0) | (w1[3] > e0))
-        keys, count = lax.cond(
-            kn._any(need),
-            lambda kc: phase2(kc[0], packed_ins, kc[1], need, w1),
-            lambda kc: kc,
-            (keys, count),
-        )
+        keys, count = phase2_if_needed(keys, packed_ins, count, need, w1)
 
         if position_keys:
 
@@ -413,12 +418,7 @@ def _grid_knn_kernel(
                 tuple(jnp.full((_BM,), -1, jnp.int32) for _ in range(k)),
             )
             pair, c2 = phase1(pair, lex_ins, count)
-            pair, c2 = lax.cond(
-                kn._any(need),
-                lambda pc: phase2(pc[0], lex_ins, pc[1], need, w1),
-                lambda pc: pc,
-                (pair, c2),
-            )
+            pair, c2 = phase2_if_needed(pair, lex_ins, c2, need, w1)
             ld, lj = pair
             return tuple(jnp.where(ld[i] < kn._INF, lj[i], -1) for i in range(k)), c2
 

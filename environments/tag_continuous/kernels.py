@@ -218,20 +218,9 @@ def _nearest_k_kernel(
     yq = yq_ref[...]  # [BM]
 
     def insert(lists, d, j):
-        """Inserts ``(d [BM], j)`` into the sorted lists ``(ld, lj)`` (k-tuples of [BM])."""
-        ld, lj = lists
-        nd, nj = [], []
-        before = None  # d < ld[s - 1]
-        for s in range(k):
-            here = d < ld[s]
-            if s == 0:
-                nd.append(jnp.minimum(ld[0], d))
-                nj.append(jnp.where(here, j, lj[0]))
-            else:
-                nd.append(jnp.minimum(ld[s], jnp.maximum(ld[s - 1], d)))
-                nj.append(jnp.where(before, lj[s - 1], jnp.where(here, j, lj[s])))
-            before = here
-        return tuple(nd), tuple(nj)
+        """Inserts ``(d [BM], j)`` into the sorted lists ``(ld, lj)`` (k-tuples of [BM]);
+        candidates arrive in increasing ``j``, so the strict insertion keeps ties by ``j``."""
+        return _insert_pair(*lists, d, j, False)
 
     def stream(ins, carry, batch=None):
         """Streams every candidate through ``ins(carry, d [BM], j)``, or each loop step's
@@ -1072,8 +1061,6 @@ def _sorted_knn_kernel(
     nc_in = (cb_ref[nb] + bc - 1) // bc  # chunks past these are empty
     steps = jnp.maximum(nc_in - 1 - own_hi, own_lo)
 
-    insert = _insert_pair
-
     def search(slots, mode):
         """Per lane the ``slots`` best candidates and the number of chunks visited.
         ``mode``: ``"lex"`` / ``"strict"`` (`insert` with or without ``lex``; lists
@@ -1094,7 +1081,7 @@ def _sorted_knn_kernel(
         else:
 
             def ins(lists, d, j):
-                return insert(*lists, d, j, mode == "lex")
+                return _insert_pair(*lists, d, j, mode == "lex")
 
             def last(lists):
                 return lists[0][-1]

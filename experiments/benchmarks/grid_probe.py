@@ -77,7 +77,8 @@ def check_rows(k: int, states: dict[str, tuple], queries: str) -> str:
 
 def check_prep(x, y, g) -> str:
     """The compiled preparation's outputs against interpret mode's (``prm``'s scale may
-    differ in its last bits: the division), ``"equal"`` or what differs."""
+    differ in its last bits: the division), ``"equal"`` or what differs. On the CPU both
+    sides run in interpret mode (a smoke test of the probe, not of the lowering)."""
     run = lambda interp: jax.jit(lambda a, b, c: grid_knn._grid_prep(a, b, c, interp))(x, y, g)
     names = ("xc", "yc", "oc", "cs", "sat", "prm")
     got, want = run(jax.default_backend() == "cpu"), run(True)
