@@ -170,15 +170,11 @@ def test_env_ab_probe_tiny(tmp_path, monkeypatch, capsys):
     assert env_ab_probe.parse_variant("pallas/large=grid/gcell=1.5/gunroll=4/gpos=0") == (
         "pallas", (("large", "grid"), ("gcell", 1.5), ("gunroll", 4), ("gpos", False))
     )  # fmt: skip
-    assert env_ab_probe.parse_variant("pallas/gloads=scalar/gablate=xonly/wlayout=pair") == (
-        "pallas", (("gloads", "scalar"), ("gablate", "xonly"), ("wlayout", "pair"))
-    )  # fmt: skip
     bad = (
         "rows", "pallas/chunk=6", "pallas/unroll=x", "pallas/sort=radix", "pallas/lanes=4",
         "pallas/step=cuda", "pallas/fold=2", "pallas/warps=3", "pallas/draws=yes",
         "pallas/network=bubble", "pallas/pwarps=6", "pallas/wablate=all",
         "pallas/large=cells", "pallas/gcell=x", "pallas/gtarget=-1", "pallas/queries=some",
-        "pallas/gloads=wide", "pallas/gablate=y", "pallas/wlayout=tile",
     )  # fmt: skip
     for text in bad:
         with pytest.raises(

@@ -73,7 +73,6 @@ from environments.tag_continuous import kernels as kn
 
 __all__ = [
     "GRID_CELL_AGENTS",
-    "GRID_LOADS",
     "GRID_MAX_AGENTS",
     "GRID_MAX_CELLS",
     "GRID_POSITION_KEYS",
@@ -103,21 +102,6 @@ GRID_UNROLL = 4
 #: candidate; ids are gathered for the ``k`` listed ones, and the exact re-sort breaks
 #: ties by id explicitly); ``False``, its id, as the other searches. Same lists.
 GRID_POSITION_KEYS = True
-#: How phase 1 and 2 load the candidates' positions: ``"scalar"``, one load per
-#: candidate and coordinate; ``"vector"``, each lane's row segment from its start
-#: rounded down to a multiple of ``U`` (the extra leading candidates masked), so the
-#: ``U`` positions of an unrolled step are one aligned ``[BM, U]`` load per coordinate
-#: (16 bytes per lane for ``U = 4``), the keys then taken apart column by column. Same
-#: lists. H200, 2000 × (5+995), ``U = 4``: with the columns split by reshapes the kernel
-#: took 442 µs against 322 (80 registers, 512 bytes of shared memory: Triton converted
-#: a ``[BM, U]`` layout each step; 2026-11-24 run 54).
-GRID_LOADS = "scalar"
-#: The `GRID_LOADS` choices.
-GRID_LOAD_MODES = ("scalar", "vector")
-#: Probe-only ablation (`experiments.benchmarks.env_ab_probe`'s ``gablate``), giving
-#: wrong lists, to time a part of the search: ``"xonly"``, the scalar loop reads ``y``
-#: from ``xc`` (the same address as ``x``: one load per candidate instead of two).
-_ABLATE = ""
 #: Triton pipelining stages of the search kernel's loops (``None``: Triton's default).
 #: H200: 1, 2 and the default give the same kernel, 323.6 µs (2026-11-24 run 52).
 GRID_STAGES: int | None = None
@@ -134,7 +118,6 @@ _OUT_KEY = 1023  # key of agents out of the game
 _CELL_MARGIN = 1e-3  # cells
 _RADIUS_SLACK = 1.0 + 1e-4
 _BM = 32  # queries per program, one per lane (one warp)
-_PAD = 16  # positions past 2·MP in xc, yc, oc: a vector step's reach past a segment's end
 
 
 # ----------------------------------------------------------------------------- prep
@@ -223,11 +206,10 @@ def _grid_prep(x, y, in_game, interpret: bool):
     row = lambda length: pl.BlockSpec((None, length), lambda e: (e, 0))
     f32 = lambda length: jax.ShapeDtypeStruct((n, length), jnp.float32)
     i32 = lambda length: jax.ShapeDtypeStruct((n, length), jnp.int32)
-    # xc, yc, oc padded to 2·MP + _PAD: a lane past its segment reads at most MP - 1
-    # positions past the in-game ones (masked), plus a vector step's rounding (< 2·U),
-    # so the search's loads need no clamp.
+    # xc, yc, oc padded to 2·MP: a lane past its segment reads at most MP - 1 positions
+    # past the in-game ones (masked), so the search's loads need no clamp.
     shapes = (
-        f32(2 * mp + _PAD), f32(2 * mp + _PAD), i32(2 * mp + _PAD), i32(_TABLE), i32(_TABLE), f32(8), i32(p2), i32(p2),
+        f32(2 * mp), f32(2 * mp), i32(2 * mp), i32(_TABLE), i32(_TABLE), f32(8), i32(p2), i32(p2),
     )  # fmt: skip
     kernel = functools.partial(
         _grid_prep_kernel, m=m, mp=mp, cell_agents=float(GRID_CELL_AGENTS),
@@ -247,20 +229,13 @@ def _grid_prep(x, y, in_game, interpret: bool):
 
 
 # --------------------------------------------------------------------------- search
-def _columns(a: jax.Array) -> list[jax.Array]:
-    """The columns of ``a [BM, U]`` int32 (values ``>= 0``) as ``U`` arrays ``[BM]``, each
-    by a masked max over the row (in-thread when a lane holds its row)."""
-    lane = lax.broadcasted_iota(jnp.int32, a.shape, 1)
-    return [jnp.max(jnp.where(lane == i, a, -1), axis=1) for i in range(a.shape[1])]
-
-
 def _grid_knn_kernel(
     prm_ref, cs_ref, sat_ref, xc_ref, yc_ref, oc_ref, x_ref, y_ref, *out_refs,
-    k, m, mp, unroll, target, in_game_only, key_bits, stats, position_keys, vector,
+    k, m, mp, unroll, target, in_game_only, key_bits, stats, position_keys,
 ):  # fmt: skip
     """One env, 32 consecutive sorted queries (one per lane): see the module doc.
 
-    Inputs as `_grid_prep_kernel` writes them (``xc, yc, oc`` padded), plus
+    Inputs as `_grid_prep_kernel` writes them (``xc, yc, oc`` padded to ``2·MP``), plus
     ``x, y [M]`` (positions by id, for the exact re-sort with id keys). Writes each
     query's list of ids (``-1`` = none) at its row of the env's row-major ``out [M·k]``
     and, with ``stats``, ``trips [32]`` (candidate loads per lane, every lane the same:
@@ -318,8 +293,6 @@ def _grid_knn_kernel(
         list as ``(d, j)`` pairs (``j``: the candidate's id, or its sorted position when
         ``ins`` takes position keys); the loop runs for the longest lane."""
         u_ins = unroll if ins is packed_ins else 1  # the rare exact re-search: one by one
-        if vector and ins is packed_ins and u_ins > 1:
-            return stream_vector(lists, st, ln, count)
         longest = jnp.max(ln)
         steps = (longest + u_ins - 1) // u_ins
 
@@ -329,38 +302,11 @@ def _grid_knn_kernel(
                 j = t * u_ins + i
                 pos = st + j  # within the padded [2·MP] arrays
                 dx = qx - xc_ref[pos]
-                dy = qy - (xc_ref[pos] if _ABLATE == "xonly" else yc_ref[pos])
+                dy = qy - yc_ref[pos]
                 d = dx * dx + dy * dy
                 d = jnp.where((j < ln) & (pos != qc), d, kn._INF)
                 batch.append((d, pos if ins is packed_ins and position_keys else oc_ref[pos]))
             return ins(lists, batch)
-
-        return lax.fori_loop(0, steps, body, lists), count + longest
-
-    def stream_vector(lists, st, ln, count):
-        """`stream` for the packed insertion with aligned vector loads (`GRID_LOADS`):
-        each lane reads ``U`` consecutive positions from ``U·floor(st / U)`` on, as one
-        ``[BM, U]`` load per coordinate, and masks the ``st mod U`` leading ones and
-        those past its segment."""
-        shift = unroll.bit_length() - 1  # U is a power of two
-        base = (st >> shift) << shift  # aligned: Triton proves divisibility by U
-        lead = st - base
-        span = jnp.where(ln > 0, lead + ln, 0)
-        longest = jnp.max(span)
-        steps = (longest + unroll - 1) >> shift
-        lane_u = lax.broadcasted_iota(jnp.int32, (_BM, unroll), 1)
-
-        def body(t, lists):
-            at = base + t * unroll  # [BM], a multiple of U
-            pos = at[:, None] + lane_u  # [BM, U]
-            jl = t * unroll + lane_u  # position within the lane's span
-            dx = qx[:, None] - xc_ref[pos]
-            dy = qy[:, None] - yc_ref[pos]
-            d = dx * dx + dy * dy
-            use = (jl >= lead[:, None]) & (jl < span[:, None]) & (pos != qc[:, None])
-            d = jnp.where(use, d, kn._INF)
-            keys = kn._packed_key(d, pos if position_keys else oc_ref[pos], key_bits)
-            return kn._packed_merge(lists, _columns(keys))
 
         return lax.fori_loop(0, steps, body, lists), count + longest
 
@@ -498,17 +444,13 @@ def _grid_search(x, y, in_game, k, *, queries="all", block_cols=None, interpret=
     interpret = kn._resolve_interpret(interpret)
     u = 1 if interpret else GRID_UNROLL
     u = kn._check_block("block_cols", u if block_cols is None else block_cols)
-    if u > _PAD // 2:
-        raise ValueError(f"block_cols must be at most {_PAD // 2}, got {u}")
-    if GRID_LOADS not in GRID_LOAD_MODES:
-        raise ValueError(f"GRID_LOADS must be one of {GRID_LOAD_MODES}, got {GRID_LOADS!r}")
     mp = kn._round_up(m, _BM)
     xc, yc, oc, cs, sat, prm = _grid_prep(x, y, in_game, interpret)
     kernel = functools.partial(
         _grid_knn_kernel, k=k, m=m, mp=mp, unroll=u,
         target=math.ceil(float(GRID_TARGET) * k), in_game_only=queries == "in_game",
         key_bits=max(1, ((mp if GRID_POSITION_KEYS else m) - 1).bit_length()), stats=stats,
-        position_keys=bool(GRID_POSITION_KEYS), vector=GRID_LOADS == "vector",
+        position_keys=bool(GRID_POSITION_KEYS),
     )  # fmt: skip
     env = lambda length: pl.BlockSpec((None, length), lambda e, b: (e, 0))
     out_shape = [jax.ShapeDtypeStruct((n, m * k), jnp.int32)]
@@ -520,7 +462,7 @@ def _grid_search(x, y, in_game, k, *, queries="all", block_cols=None, interpret=
         kernel,
         out_shape=tuple(out_shape),
         grid=(n, mp // _BM),
-        in_specs=[env(8), env(_TABLE), env(_TABLE)] + [env(2 * mp + _PAD)] * 3 + [env(m), env(m)],
+        in_specs=[env(8), env(_TABLE), env(_TABLE)] + [env(2 * mp)] * 3 + [env(m), env(m)],
         out_specs=tuple(out_specs),
         compiler_params=pl_triton.CompilerParams(num_warps=1, num_stages=GRID_STAGES),
         # Typical: ~60 candidates per query at ~45 simple ops.

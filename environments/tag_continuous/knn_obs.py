@@ -79,10 +79,7 @@ from environments.tag_continuous.full_obs import (
 
 __all__ = [
     "DEFAULT_BLOCK",
-    "DEFAULT_PAIR_BLOCK",
     "IMPLS",
-    "LAYOUT",
-    "LAYOUTS",
     "LEAN_INDEX",
     "knn_obs",
     "knn_obs_pallas",
@@ -109,20 +106,6 @@ OPAQUE_STORE = False
 #: H200, 2000 × (5+995): the runners' writer 43 → 32 registers per thread, 62.5% → 100%
 #: occupancy, 380.6 → 355.9 µs per step; unchanged at 1000 × (10+100) (2026-11-24 run 45).
 LEAN_INDEX = True
-#: How the Pallas writer's programs cut the work: ``"flat"``, ``B`` consecutive output
-#: elements each (every element finds its row, feature and slot, and gathers its
-#: neighbour's feature, its own and the scale: ≈ 45 instructions per element, so the
-#: kernel is bound by instruction issue); ``"pair"``, `DEFAULT_PAIR_BLOCK` consecutive
-#: (row, slot) pairs each: one neighbour code per pair, its 7 features gathered once,
-#: and 8 strided stores (the 7 features' columns ``f·k + s``; the time column from slot
-#: 0), so each output element costs a few instructions, at the price of 4-byte
-#: scattered stores. Same values.
-LAYOUT = "flat"
-#: The `LAYOUT` choices.
-LAYOUTS = ("flat", "pair")
-#: Default (row, slot) pairs per program of the ``"pair"`` layout (capped at the next
-#: power of two of ``n·k``).
-DEFAULT_PAIR_BLOCK = 512
 #: Probe-only ablation of the flat kernel (`experiments.benchmarks.env_ab_probe`'s
 #: ``wablate``), giving wrong values, to time parts of it: ``"self"`` (no neighbour
 #: codes or neighbour gathers: every slot reads the observer's own row) or ``"const"``
@@ -301,55 +284,6 @@ def _knn_obs_kernel(
     pl_triton.store(out_ref.at[pl.ds(e0, block)], val, mask=inside)
 
 
-def _knn_obs_pair_kernel(
-    table_ref, code_ref, scale_ref, time_ref, *refs, m, k, n, lo, block, reciprocal, raw,
-    interpret,
-):  # fmt: skip
-    """One block of ``P`` consecutive (row, slot) pairs of one env's observations.
-
-    Arguments as `_knn_obs_kernel`. Pair ``p = r·k + s`` writes its 7 features at
-    ``out[r·D + f·k + s]`` and, for ``s = 0``, the row's time at ``out[r·D + 7k]``.
-    Masked lanes store to indices past the end (interpret mode drops them; a masked
-    lane's index must not repeat a live one's).
-    """
-    if lo is None:
-        ids_ref, out_ref = refs
-    else:
-        (out_ref,) = refs
-    d = obs_size(k)
-    total = n * k
-    size = n * d
-    p = pl.program_id(0) * block + lax.broadcasted_iota(jnp.int32, (block,), 0)  # [P]
-    inside = p < total
-    pc = jnp.minimum(p, total - 1)
-    r = lax.div(pc.astype(jnp.uint32), jnp.uint32(k)).astype(jnp.int32)  # row
-    s = pc - r * k  # slot
-    i = ids_ref[r] if lo is None else r + lo  # the observing agent
-    code = code_ref[i * k + s]
-    ok = code >= 0
-    pad = i if raw else -1 - code  # an empty slot's idx (the masked value's sign of zero)
-    j = jnp.minimum(jnp.where(ok, code, pad).astype(jnp.uint32), jnp.uint32(m - 1))
-    j = j.astype(jnp.int32)
-    g_own = table_ref[i * _ROW + NUM_FEATURES]
-    mask = jnp.where(ok, g_own, jnp.float32(0.0))  # valid & in_game[i], as 1.0 / 0.0
-    at = jnp.where(inside, r * d + s, size + p)  # masked: past the end, distinct
-    for f in range(NUM_FEATURES):
-        other = table_ref[j * _ROW + f]
-        # own·1 = own; own·0 = +0 for type and in-game (never negative): `LEAN_INDEX`.
-        diff = other - table_ref[i * _ROW + f] if f < NUM_RELATIVE else other - 0.0
-        sc = scale_ref[f]
-        if reciprocal:
-            q = diff * sc
-        elif interpret:
-            q = diff / sc
-        else:
-            q = _div_rn(diff, jnp.broadcast_to(sc, diff.shape))
-        pl_triton.store(out_ref.at[at + f * k], q * mask, mask=inside)
-    first = inside & (s == 0)
-    at_t = jnp.where(first, r * d + NUM_FEATURES * k, size + p)
-    pl_triton.store(out_ref.at[at_t], time_ref[0] * g_own, mask=first)
-
-
 def knn_obs_pallas(
     feats: jax.Array,
     idx: jax.Array,
@@ -364,7 +298,6 @@ def knn_obs_pallas(
     num_warps: int | None = None,
     interpret: bool | None = None,
     table: jax.Array | None = None,
-    layout: str | None = None,
 ) -> jax.Array:
     """The Pallas (Triton) kernel: ``[n, 7k+1]`` float32, written once in its final layout.
 
@@ -380,9 +313,6 @@ def knn_obs_pallas(
       interpret: Pallas interpret mode; ``None``: only when the default backend is CPU.
       table: the agent-major feature table ``[8M]`` (`_agent_major(feats, in_game)`), if
         already built (the batched Tag step writes it); ``feats`` then gives shapes only.
-      layout: ``"flat"`` or ``"pair"`` (`LAYOUT`, the default); with ``"pair"``,
-        ``block_size`` counts (row, slot) pairs (default `DEFAULT_PAIR_BLOCK`) and the
-        default warps are ``max(1, min(4, P // 64))``.
     """
     m, k = _check(feats, idx, valid, scale, in_game)
     if table is not None and table.shape != (_ROW * m,):
@@ -391,20 +321,13 @@ def knn_obs_pallas(
     n, d = ids.size, obs_size(k)
     total = n * d
     interpret = jax.default_backend() == "cpu" if interpret is None else bool(interpret)
-    if layout is None:
-        layout = LAYOUT
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    pair = layout == "pair"
-    units = n * k if pair else total  # pairs or elements
-    default = DEFAULT_PAIR_BLOCK if pair else DEFAULT_BLOCK
     block = _check_block(
-        "block_size", min(default, _next_pow2(units)) if block_size is None else block_size
+        "block_size",
+        min(DEFAULT_BLOCK, _next_pow2(total)) if block_size is None else block_size,
     )
     if num_warps is None:
         num_warps = DEFAULT_WARPS
-    per_warp = 64 if pair else 256  # pairs or elements per warp by default
-    warps = max(1, min(4, block // per_warp)) if num_warps is None else int(num_warps)
+    warps = max(1, min(4, block // 256)) if num_warps is None else int(num_warps)
     reciprocal = reference_uses_reciprocal(False) if reciprocal is None else bool(reciprocal)
     scale = scale.astype(jnp.float32)
     if reciprocal:
@@ -418,7 +341,7 @@ def knn_obs_pallas(
     if lo is None:
         args.append(jnp.asarray(ids))
     kernel = functools.partial(
-        _knn_obs_pair_kernel if pair else _knn_obs_kernel,
+        _knn_obs_kernel,
         m=m,
         k=k,
         n=n,
@@ -431,7 +354,7 @@ def knn_obs_pallas(
     out = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((total,), jnp.float32),
-        grid=(pl.cdiv(units, block),),
+        grid=(pl.cdiv(total, block),),
         compiler_params=pl_triton.CompilerParams(num_warps=warps, num_stages=1),
         cost_estimate=pl.CostEstimate(
             flops=int(5 * total),

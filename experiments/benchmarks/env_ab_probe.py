@@ -71,8 +71,6 @@ SETTINGS = {
     "opaque": (knn_obs, "OPAQUE_STORE", "bool"),  # observation writer: unvectorised store
     "wablate": (knn_obs, "_ABLATE", ("", "self", "const")),  # writer ablation: wrong values
     "wlean": (knn_obs, "LEAN_INDEX", "bool"),  # writer: leaner index arithmetic
-    "wlayout": (knn_obs, "LAYOUT", knn_obs.LAYOUTS),  # writer: flat elements / pairs
-    "pblock": (knn_obs, "DEFAULT_PAIR_BLOCK", "pow2"),  # writer: pairs per program
     "prep": (kernels, "PREP_IMPL", kernels.PREP_IMPLS),  # sorted search's preparation
     "psort": (kernels, "PREP_SORT", kernels.PREP_SORTS),  # its curve order: xla / kernel
     "psbits": (kernels, "PREP_SORT_BITS", "int"),  # in-kernel sort: Hilbert bits per axis
@@ -94,8 +92,6 @@ SETTINGS = {
     "gunroll": (grid_knn, "GRID_UNROLL", "pow2"),  # grid search: unroll
     "gpos": (grid_knn, "GRID_POSITION_KEYS", "bool"),  # grid search: position keys
     "gstages": (grid_knn, "GRID_STAGES", "int"),  # grid search: Triton pipelining stages
-    "gloads": (grid_knn, "GRID_LOADS", grid_knn.GRID_LOAD_MODES),  # grid search: loads
-    "gablate": (grid_knn, "_ABLATE", ("", "xonly")),  # grid ablation: wrong lists
     "step": (None, "step_impl", ("auto", "xla", "pallas", "vector")),  # env's step_impl
     "fold": (None, "fold", ("1", "0")),  # the harness's output folds
 }

@@ -224,22 +224,16 @@ def test_kernel_on_any_neighbour_lists() -> None:
 
     for what, (idx, valid) in lists.items():
         ref = np.asarray(obs(s, p, idx, valid, rows_all, "xla"))
-        pair = (("layout", "pair"),)
-        for opts in (
-            (), (("block_size", 32),), (("block_size", 4096), ("num_warps", 8)),
-            pair, (*pair, ("block_size", 16)), (*pair, ("block_size", 1024), ("num_warps", 2)),
-        ):  # fmt: skip
+        for opts in ((), (("block_size", 32),), (("block_size", 4096), ("num_warps", 8))):
             got = obs(s, p, idx, valid, rows_all, "pallas", opts)
             assert_bitwise(got, ref, f"{what} {opts}")
         rows = (7, 3, 23, 0)
-        for opts in ((("block_size", 64),), (*pair, ("block_size", 8))):
-            got = obs(s, p, idx, valid, rows, "pallas", opts)
-            assert_bitwise(got, ref[list(rows)], f"{what} rows {rows} {opts}")
+        got = obs(s, p, idx, valid, rows, "pallas", (("block_size", 64),))
+        assert_bitwise(got, ref[list(rows)], f"{what} rows {rows}")
         assert_bitwise(obs(s, p, idx, valid, rows, "xla"), ref[list(rows)], f"{what} xla rows")
+    got = obs(s, p, *lists["jax"], rows_all, "pallas", (("reciprocal", False),))
     ref = np.asarray(obs(s, p, *lists["jax"], rows_all, "xla"))
-    for opts in ((), (("layout", "pair"),)):
-        got = obs(s, p, *lists["jax"], rows_all, "pallas", (("reciprocal", False), *opts))
-        np.testing.assert_allclose(np.asarray(got), ref, rtol=2.4e-7, atol=0)
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=2.4e-7, atol=0)
     # The kernels' own lists (-1 in empty slots, valid=None), as the env passes them.
     for method in ("brute", "sorted"):
         raw = kernels.nearest_k_lists(s.x, s.y, s.in_game, k, method=method)
@@ -249,19 +243,13 @@ def test_kernel_on_any_neighbour_lists() -> None:
         for form in ko.IMPLS:
             got = obs(s, p, raw, None, rows_all, form, (("block_size", 64),) * (form != "xla"))
             assert_bitwise(got, ref, f"{method} lists, {form}")
-            if form == "pallas":
-                got = obs(s, p, raw, None, rows_all, form, (("layout", "pair"),))
-                assert_bitwise(got, ref, f"{method} lists, pair layout")
             got = obs(s, p, raw, None, (7, 3, 23, 0), form)
             assert_bitwise(got, ref[[7, 3, 23, 0]], f"{method} lists, {form}, rows")
 
 
-@pytest.mark.parametrize("layout", ko.LAYOUTS)
-def test_pallas_search_and_writer_env_equal_original(monkeypatch, layout: str) -> None:
+def test_pallas_search_and_writer_env_equal_original() -> None:
     """The env with both Pallas paths (search lists handed to the writer with no
-    ``valid`` array) equals the original observations, stepped and reset, with either
-    writer layout."""
-    monkeypatch.setattr(ko, "LAYOUT", layout)
+    ``valid`` array) equals the original observations, stepped and reset."""
     rng = np.random.default_rng(21)
     for name in ("4+20_k10", "ids_2+6_k4"):
         env = TagContinuous(**ENVS[name], impl="pallas", knn_obs_impl="pallas")
@@ -348,9 +336,9 @@ def test_probe_smoke() -> None:
 
 
 def test_writer_store_and_warp_options_keep_the_values(monkeypatch) -> None:
-    """`knn_obs.OPAQUE_STORE`, `knn_obs.DEFAULT_WARPS`, `knn_obs.LEAN_INDEX` and
-    `knn_obs.LAYOUT` change how the kernel computes and stores, never what: the same
-    bits as the default writer (interpret mode)."""
+    """`knn_obs.OPAQUE_STORE`, `knn_obs.DEFAULT_WARPS` and `knn_obs.LEAN_INDEX` change how
+    the kernel computes and stores, never what: the same bits as the default writer
+    (interpret mode)."""
     env = _env("4+20_k10", "pallas")
     rng = np.random.default_rng(5)
     p = _params(rng)
@@ -367,11 +355,3 @@ def test_writer_store_and_warp_options_keep_the_values(monkeypatch) -> None:
     assert_bitwise(call(), ref, "opaque store, 8 warps")
     monkeypatch.setattr(ko, "LEAN_INDEX", not ko.LEAN_INDEX)
     assert_bitwise(call(), ref, "the other index arithmetic")
-    monkeypatch.setattr(ko, "LAYOUT", "pair")
-    assert_bitwise(call(), ref, "pair layout")
-    monkeypatch.setattr(ko, "DEFAULT_PAIR_BLOCK", 8)
-    assert_bitwise(call(), ref, "pair layout, 8 pairs per program")
-    with pytest.raises(ValueError, match="layout must be one of"):
-        ko.knn_obs_pallas(
-            feats, lists, None, range(4), scale, s.in_game, jnp.float32(0.3), layout="tile"
-        )

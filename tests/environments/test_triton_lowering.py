@@ -58,11 +58,9 @@ def test_nearest_k_lowers_to_triton(method: str) -> None:
 
 
 @pytest.mark.parametrize("queries", grid_knn.GRID_QUERIES)
-@pytest.mark.parametrize(("u", "loads"), [(1, "vector"), (2, "scalar"), (4, "vector")])
-def test_grid_search_lowers_to_triton(monkeypatch, queries: str, u: int, loads: str) -> None:
-    """The grid search: its preparation and its search kernel (unrolled or not; scalar
-    or aligned vector loads)."""
-    monkeypatch.setattr(grid_knn, "GRID_LOADS", loads)
+@pytest.mark.parametrize("u", [1, 2])
+def test_grid_search_lowers_to_triton(queries: str, u: int) -> None:
+    """The grid search: its preparation and its search kernel (both unroll forms)."""
     x, y, g = _positions()
     fn = lambda x, y, g: grid_knn.nearest_k_grid_batched(
         x, y, g, K, queries=queries, block_cols=u, interpret=False
@@ -114,11 +112,6 @@ def test_full_obs_lowers_to_triton(reciprocal: bool) -> None:
 @pytest.mark.parametrize("rows", [range(T, M), (0, 7, 3)])
 @pytest.mark.parametrize("reciprocal", [False, True])
 def test_knn_obs_lowers_to_triton(rows, reciprocal: bool) -> None:
-    for layout in knn_obs.LAYOUTS:
-        _check_knn_obs_lowering(rows, reciprocal, layout)
-
-
-def _check_knn_obs_lowering(rows, reciprocal: bool, layout: str) -> None:
     x, y, g = _positions()
     feats = _feats(x, y, g)
     idx = jnp.broadcast_to(jnp.arange(K, dtype=jnp.int32), (N, M, K))
@@ -127,9 +120,8 @@ def _check_knn_obs_lowering(rows, reciprocal: bool, layout: str) -> None:
 
     def fn(feats, idx, valid, g):
         one = lambda f, i, v, gg: knn_obs.knn_obs_pallas(
-            f, i, v, rows, scale, gg, jnp.float32(0.5), reciprocal=reciprocal, interpret=False,
-            layout=layout,
-        )  # fmt: skip
+            f, i, v, rows, scale, gg, jnp.float32(0.5), reciprocal=reciprocal, interpret=False
+        )
         return jax.vmap(one)(feats, idx, valid, g)
 
     assert _lowered_triton_calls(fn, feats, idx, valid, g) == 1
