@@ -516,7 +516,9 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         if self.use_full_observation:
             return self._observe_full(state, params, range(lo, hi))
         idx, valid = self._nearest_k(state)
-        return self._observe_knn(state, params, range(lo, hi), idx, valid)
+        return self._observe_knn(
+            state, params, range(lo, hi), idx, valid, lists_in_game=self._lists_in_game(valid)
+        )
 
     def _nearest_k(self, state: TagState) -> tuple[jax.Array, jax.Array | None]:
         """The neighbour lists of all agents: ``idx, valid [M, k]`` (see `neighbors`), or,
@@ -532,6 +534,15 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             return lists, None
         return search.nearest_k(state.x, state.y, state.in_game, k, **kw)
 
+    def _lists_in_game(self, valid: jax.Array | None) -> bool:
+        """Whether `_nearest_k`'s lists (``valid=None``: the kernels' own) leave the rows of
+        agents out of the game all ``-1`` (`kernels.lists_in_game_only`)."""
+        search, _ = self._search_module()
+        if valid is not None or search is neighbors or not knn_obs.USE_IN_GAME_LISTS:
+            return False
+        m, queries = self.num_agents_total, search.ENV_QUERIES
+        return bool(search.lists_in_game_only(m, None, queries))
+
     def _observe_knn(
         self,
         state: TagState,
@@ -542,6 +553,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         *,
         alone: bool = True,
         time: jax.Array | None = None,
+        lists_in_game: bool = False,
         **options: Any,
     ) -> jax.Array:
         """Partial observations of the agent ids ``rows`` (static, any order) from the
@@ -549,7 +561,8 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         slots, see `_nearest_k`): ``[n, 7k+1]`` float32, by `knn_obs` with
         ``knn_obs_impl`` (``options``: `knn_obs.knn_obs_pallas`'s block options, for
         the benchmarks; ignored by the XLA form; ``time``: ``t / E`` if already computed,
-        as the batched kernel does).
+        as the batched kernel does; ``lists_in_game``: the lists of agents out of the game
+        are all ``-1``, see `_lists_in_game`).
 
         The Pallas form is told whether XLA compiles the original's division by the scale
         into a multiplication by its reciprocal (as in `_observe_full`), so they agree.
@@ -569,6 +582,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             constant = _concrete(params.grid_length) and _concrete(params.max_speed)
             kw["reciprocal"] = full_obs.reference_uses_reciprocal(constant)
             kw["interpret"] = jax.default_backend() != "gpu"
+            kw["lists_in_game"] = bool(lists_in_game) and valid is None
             kw.update(options)
         p = self._f32(params)
         diag = p.grid_length * _SQRT2
@@ -629,8 +643,11 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             # observation by "gather" one [M, D] pass then slicing measured faster: 0.56 vs
             # 0.78 ms per step of 1000 × (10+100) envs)
             idx, valid = self._nearest_k(state)
+            in_game = self._lists_in_game(valid)
             return {
-                g: self._observe_knn(state, params, i, idx, valid, alone=contiguous)
+                g: self._observe_knn(
+                    state, params, i, idx, valid, alone=contiguous, lists_in_game=in_game
+                )
                 for g, i in ids.items()
             }
         else:

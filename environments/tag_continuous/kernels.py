@@ -132,6 +132,7 @@ __all__ = [
     "CHUNK_ORDERS",
     "CHUNK_SIZE",
     "ENV_QUERIES",
+    "lists_in_game_only",
     "LARGE_METHOD",
     "LARGE_METHODS",
     "PACKED_EXTRA_SLOTS",
@@ -691,9 +692,19 @@ LARGE_METHOD = "grid"
 #: The queries the env asks its Pallas search for when the Pallas observation writer
 #: takes the lists (`nearest_k_lists`' ``queries``): ``"in_game"`` lets a search leave
 #: the lists of agents out of the game empty (the writer zeroes those rows' neighbour
-#: features whatever the lists hold), ``"all"`` asks for every list.
+#: features whatever the lists hold: the same values, though an empty slot gives +0.0
+#: where a listed neighbour can give −0.0), ``"all"`` asks for every list.
 ENV_QUERIES = "in_game"
 _METHODS = ("brute", "sorted", "grid")
+
+
+def lists_in_game_only(m: int, method: str | None = None, queries: str = "all") -> bool:
+    """Whether `nearest_k_lists` for ``m`` agents with ``method`` and ``queries`` leaves
+    every row of an agent out of the game all ``-1`` (the grid search with ``queries=
+    "in_game"``; the other searches list those agents anyway). The observation writer
+    then needs no in-game flag for its mask (`knn_obs.knn_obs_pallas`'s
+    ``lists_in_game``)."""
+    return queries == "in_game" and _resolve_method(method, m) == "grid"
 
 
 def _resolve_method(method: str | None, m: int) -> str:

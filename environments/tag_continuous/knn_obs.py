@@ -81,6 +81,7 @@ __all__ = [
     "DEFAULT_BLOCK",
     "IMPLS",
     "LEAN_INDEX",
+    "USE_IN_GAME_LISTS",
     "knn_obs",
     "knn_obs_pallas",
     "knn_obs_xla",
@@ -106,6 +107,9 @@ OPAQUE_STORE = False
 #: H200, 2000 × (5+995): the runners' writer 43 → 32 registers per thread, 62.5% → 100%
 #: occupancy, 380.6 → 355.9 µs per step; unchanged at 1000 × (10+100) (2026-11-24 run 45).
 LEAN_INDEX = True
+#: The env passes ``lists_in_game`` (one load fewer per element) when its search leaves
+#: the lists of agents out of the game empty (`kernels.lists_in_game_only`). Same values.
+USE_IN_GAME_LISTS = True
 #: Probe-only ablation of the flat kernel (`experiments.benchmarks.env_ab_probe`'s
 #: ``wablate``), giving wrong values, to time parts of it: ``"self"`` (no neighbour
 #: codes or neighbour gathers: every slot reads the observer's own row) or ``"const"``
@@ -218,7 +222,7 @@ def _agent_major(feats: jax.Array, in_game: jax.Array) -> jax.Array:
 
 def _knn_obs_kernel(
     table_ref, code_ref, scale_ref, time_ref, *refs, m, k, n, lo, block, reciprocal, raw,
-    interpret,
+    in_game_lists, interpret,
 ):  # fmt: skip
     """One block of ``B`` consecutive elements of one env's flat ``[n·D]`` observations.
 
@@ -264,9 +268,15 @@ def _knn_obs_kernel(
         j = jnp.clip(jnp.where(ok, code, pad), 0, m - 1)  # the neighbour
     other = table_ref[j * _ROW + fc]
     own = table_ref[i * _ROW + fc]
-    g_own = table_ref[i * _ROW + NUM_FEATURES]
     sc = scale_ref[fc]
-    mask = jnp.where(ok, g_own, jnp.float32(0.0))  # valid & in_game[i], as 1.0 / 0.0
+    if in_game_lists:
+        # An observer out of the game has no listed neighbour, so `ok` implies in_game[i];
+        # the time column (fc = 6) reads in_game[i] as `own`.
+        g_own = own
+        mask = jnp.where(ok, jnp.float32(1.0), jnp.float32(0.0))
+    else:
+        g_own = table_ref[i * _ROW + NUM_FEATURES]
+        mask = jnp.where(ok, g_own, jnp.float32(0.0))  # valid & in_game[i], as 1.0 / 0.0
     if LEAN_INDEX:
         # own·1 = own; own·0 = +0 for type and in-game (never negative): a select.
         diff = other - jnp.where(f < NUM_RELATIVE, own, jnp.float32(0.0))
@@ -298,6 +308,7 @@ def knn_obs_pallas(
     num_warps: int | None = None,
     interpret: bool | None = None,
     table: jax.Array | None = None,
+    lists_in_game: bool = False,
 ) -> jax.Array:
     """The Pallas (Triton) kernel: ``[n, 7k+1]`` float32, written once in its final layout.
 
@@ -313,8 +324,14 @@ def knn_obs_pallas(
       interpret: Pallas interpret mode; ``None``: only when the default backend is CPU.
       table: the agent-major feature table ``[8M]`` (`_agent_major(feats, in_game)`), if
         already built (the batched Tag step writes it); ``feats`` then gives shapes only.
+      lists_in_game: the caller guarantees that the lists (``valid=None``) of agents
+        out of the game are all ``-1`` (`kernels.lists_in_game_only`); the kernel then
+        reads one value fewer per element (no in-game flag for the mask). Same values
+        when the guarantee holds; wrong ones otherwise.
     """
     m, k = _check(feats, idx, valid, scale, in_game)
+    if lists_in_game and valid is not None:
+        raise ValueError("lists_in_game needs the searches' own lists (valid=None)")
     if table is not None and table.shape != (_ROW * m,):
         raise ValueError(f"table must be [{_ROW * m}], got {table.shape}")
     ids, lo = _row_ids(rows, m)
@@ -349,6 +366,7 @@ def knn_obs_pallas(
         block=block,
         reciprocal=reciprocal,
         raw=valid is None,
+        in_game_lists=bool(lists_in_game),
         interpret=interpret,
     )
     out = pl.pallas_call(

@@ -71,6 +71,7 @@ SETTINGS = {
     "opaque": (knn_obs, "OPAQUE_STORE", "bool"),  # observation writer: unvectorised store
     "wablate": (knn_obs, "_ABLATE", ("", "self", "const")),  # writer ablation: wrong values
     "wlean": (knn_obs, "LEAN_INDEX", "bool"),  # writer: leaner index arithmetic
+    "wingame": (knn_obs, "USE_IN_GAME_LISTS", "bool"),  # writer: no in-game load
     "prep": (kernels, "PREP_IMPL", kernels.PREP_IMPLS),  # sorted search's preparation
     "psort": (kernels, "PREP_SORT", kernels.PREP_SORTS),  # its curve order: xla / kernel
     "psbits": (kernels, "PREP_SORT_BITS", "int"),  # in-kernel sort: Hilbert bits per axis

@@ -355,3 +355,13 @@ def test_writer_store_and_warp_options_keep_the_values(monkeypatch) -> None:
     assert_bitwise(call(), ref, "opaque store, 8 warps")
     monkeypatch.setattr(ko, "LEAN_INDEX", not ko.LEAN_INDEX)
     assert_bitwise(call(), ref, "the other index arithmetic")
+    # In-game lists (rows of agents out of the game all -1): the shortcut's values.
+    gl = jnp.where(s.in_game[:, None], lists, -1)
+    for lean in (True, False):
+        monkeypatch.setattr(ko, "LEAN_INDEX", lean)
+        args = (feats, gl, None, range(4, 24), scale, s.in_game, jnp.float32(0.3))
+        want = ko.knn_obs_pallas(*args, reciprocal=True)
+        got = ko.knn_obs_pallas(*args, reciprocal=True, lists_in_game=True)
+        assert_bitwise(got, want, f"lists_in_game, lean {lean}")
+    with pytest.raises(ValueError, match="lists_in_game needs"):
+        ko.knn_obs_pallas(*args[:2], jnp.ones(gl.shape, bool), *args[3:], lists_in_game=True)

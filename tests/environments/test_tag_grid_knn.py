@@ -120,22 +120,41 @@ def test_grid_on_tag_states_and_cost(tag_states):
 
 def test_env_observations_do_not_depend_on_the_large_search(tag_states, monkeypatch):
     """The env's observations with the grid search (lists of agents out of the game left
-    empty) equal those with the sorted search (every list)."""
+    empty), with and without the writer's in-game shortcut (`knn_obs.USE_IN_GAME_LISTS`;
+    bit for bit), equal those with the sorted search (every list, also when asked for
+    in-game ones only: the shortcut must then stay off). Equal as values: a row out of
+    the game is zeros either way, but with a listed neighbour its zeros can be ``-0.0``
+    (``q · 0`` for a negative ``q``), with an empty slot ``+0.0``."""
+    from environments.tag_continuous import knn_obs
+
     env, params, _, stepped = tag_states
     obs = {}
-    for method, queries in (("sorted", "all"), ("grid", "in_game")):
+    variants = (("sorted", "all", True), ("grid", "in_game", False), ("grid", "in_game", True),
+                ("sorted", "in_game", True))  # fmt: skip
+    for method, queries, shortcut in variants:
         monkeypatch.setattr(kernels, "LARGE_METHOD", method)
         monkeypatch.setattr(kernels, "ENV_QUERIES", queries)
+        monkeypatch.setattr(knn_obs, "USE_IN_GAME_LISTS", shortcut)
         fn = jax.jit(jax.vmap(lambda s: env.observations(s, params)))
-        obs[method] = jax.tree.map(np.asarray, fn(stepped))
+        obs[method, queries, shortcut] = jax.tree.map(np.asarray, fn(stepped))
     assert not np.all(np.asarray(stepped.in_game))  # some rows are out of the game
-    for group in obs["sorted"]:
-        np.testing.assert_array_equal(obs["grid"][group], obs["sorted"][group])
+    ref = obs[variants[0]]
+    for group in ref:
+        for variant in variants[1:]:
+            np.testing.assert_array_equal(obs[variant][group], ref[group])
+        want = obs["grid", "in_game", False][group].view(np.uint32)
+        np.testing.assert_array_equal(obs["grid", "in_game", True][group].view(np.uint32), want)
+        want = ref[group].view(np.uint32)
+        np.testing.assert_array_equal(obs["sorted", "in_game", True][group].view(np.uint32), want)
 
 
 def test_method_selection(monkeypatch):
     monkeypatch.setattr(kernels, "LARGE_METHOD", "grid")
     assert kernels._resolve_method(None, 300) == "grid"
+    assert kernels.lists_in_game_only(300, None, "in_game")
+    assert not kernels.lists_in_game_only(300, None, "all")
+    assert not kernels.lists_in_game_only(300, "sorted", "in_game")
+    assert not kernels.lists_in_game_only(100, None, "in_game")  # brute force
     assert kernels._resolve_method(None, 100) == "brute"
     assert kernels._resolve_method(None, grid_knn.GRID_MAX_AGENTS + 1) == "sorted"
     monkeypatch.setattr(kernels, "LARGE_METHOD", "sorted")

@@ -226,7 +226,7 @@ def test_knn_obs_opaque_store_lowers_to_triton(monkeypatch, opaque: bool, lean: 
     def fn(feats, lists, g):
         one = lambda f, li, gg: knn_obs.knn_obs_pallas(
             f, li, None, range(T, M), jnp.arange(1.0, 8.0), gg, jnp.float32(0.5),
-            reciprocal=True, interpret=False, num_warps=8,
+            reciprocal=True, interpret=False, num_warps=8, lists_in_game=lean,
         )  # fmt: skip
         return jax.vmap(one)(feats, lists, g)
 
