@@ -86,7 +86,7 @@ def parse_config(text: str) -> tuple[int, int, int]:
 def make_env(taggers: int, runners: int, form: str, episode_length: int | None = None):
     """WarpDrive's Tag config (`experiments.benchmarks.run`) with full observation built
     by ``form``; returns ``(env, params)``."""
-    from experiments.benchmarks.run import WARPDRIVE_TAG_ENV
+    from experiments.benchmarks.tag_config import WARPDRIVE_TAG_ENV
 
     kw = dict(WARPDRIVE_TAG_ENV)
     if episode_length is not None:

@@ -32,6 +32,8 @@ from typing import Any
 
 from absl import app, flags
 
+from experiments.benchmarks.tag_config import make_tag
+
 FLAGS = flags.FLAGS
 SUITES = (
     "quick", "env", "env_big", "classic", "train", "train_shapes", "train_layout", "learning",
@@ -116,29 +118,6 @@ flags.DEFINE_string(
     "compare", "", "comma-separated anchor JSONL files or globs (e.g. ../shared/bench/results/*/*)"
 )
 
-# The env section of WarpDrive's tag_continuous.yaml (counts and observation set per row).
-WARPDRIVE_TAG_ENV = dict(
-    grid_length=20.0,
-    episode_length=500,
-    max_acceleration=0.1,
-    min_acceleration=-0.1,
-    max_turn=2.356,
-    min_turn=-2.356,
-    num_acceleration_levels=20,
-    num_turn_levels=20,
-    skill_level_runner=1.0,
-    skill_level_tagger=1.0,
-    max_speed=1.0,
-    runner_exits_game_after_tagged=True,
-    tag_reward_for_tagger=10.0,
-    tag_penalty_for_runner=-10.0,
-    step_penalty_for_tagger=0.0,
-    step_reward_for_runner=0.0,
-    edge_hit_penalty=0.0,
-    end_of_game_reward_for_runner=1.0,
-    tagging_distance=0.02,
-)
-
 # (num_envs, taggers, runners, full_obs, k)
 TAG_CONFIGS = {
     "env": [
@@ -153,31 +132,6 @@ TAG_CONFIGS = {
     "quick": [(8, 2, 6, False, 3), (8, 2, 6, True, 3)],
 }
 CLASSIC_SIZES = {"classic": [1_000, 10_000, 100_000, 1_000_000], "quick": [64]}
-
-
-def make_tag(
-    taggers: int,
-    runners: int,
-    full: bool,
-    k: int,
-    impl: str,
-    knn_obs_impl: str = "auto",
-    step_impl: str = "auto",
-):
-    """The WarpDrive-config TagContinuous with the given counts (via the registry)."""
-    import jaxdrive
-
-    kw = dict(WARPDRIVE_TAG_ENV)
-    kw.update(
-        num_taggers=taggers,
-        num_runners=runners,
-        use_full_observation=full,
-        num_other_agents_observed=k,
-        impl=impl,
-        knn_obs_impl=knn_obs_impl,
-        step_impl=step_impl,
-    )
-    return jaxdrive.make("tag_continuous", **kw)
 
 
 def run_suite(
