@@ -80,6 +80,8 @@ from environments.tag_continuous.full_obs import (
 __all__ = [
     "DEFAULT_BLOCK",
     "IMPLS",
+    "IN_GAME_REL_TABLE",
+    "IN_GAME_TIME_PASS",
     "LEAN_INDEX",
     "USE_IN_GAME_LISTS",
     "knn_obs",
@@ -110,6 +112,13 @@ LEAN_INDEX = True
 #: The env passes ``lists_in_game`` (one load fewer per element) when its search leaves
 #: the lists of agents out of the game empty (`kernels.lists_in_game_only`). Same values.
 USE_IN_GAME_LISTS = True
+#: With ``lists_in_game``: the lean block (`_in_game_block`: no padding id, no in-game
+#: flag, no time-column select per element; the time column written by a second pass).
+#: Same values.
+IN_GAME_TIME_PASS = True
+#: In the lean block: ``other − own·rel_f`` with ``rel_f`` read from a table (one fused
+#: multiply-add) instead of a compare and a select. Same values.
+IN_GAME_REL_TABLE = True
 #: Probe-only ablation of the flat kernel (`experiments.benchmarks.env_ab_probe`'s
 #: ``wablate``), giving wrong values, to time parts of it: ``"self"`` (no neighbour
 #: codes or neighbour gathers: every slot reads the observer's own row) or ``"const"``
@@ -254,6 +263,13 @@ def _knn_obs_kernel(
     s = c - f * k  # slot (0 in the time column)
     fc = jnp.minimum(f, NUM_FEATURES - 1)
     i = ids_ref[r] if lo is None else r + lo  # the observing agent
+    if in_game_lists and IN_GAME_TIME_PASS and _ABLATE == "":
+        _in_game_block(
+            table_ref, code_ref, scale_ref, time_ref, out_ref, ids_ref if lo is None else None,
+            e0=e0, e=e, inside=inside, r=r, f=f, s=s, i=i, m=m, k=k, n=n, lo=lo, block=block,
+            reciprocal=reciprocal, interpret=interpret,
+        )  # fmt: skip
+        return
     if _ABLATE == "const":
         val = time_ref[0] + (e + s).astype(jnp.float32)
         pl_triton.store(out_ref.at[pl.ds(e0, block)], val, mask=inside)
@@ -292,6 +308,56 @@ def _knn_obs_kernel(
     if OPAQUE_STORE:  # t/E >= 0, so this adds 0; the compiler cannot know it
         e0 = e0 + (time_ref[0] < jnp.float32(-1.0)).astype(jnp.int32)
     pl_triton.store(out_ref.at[pl.ds(e0, block)], val, mask=inside)
+
+
+def _in_game_block(
+    table_ref, code_ref, scale_ref, time_ref, out_ref, ids_ref, *, e0, e, inside, r, f, s, i,
+    m, k, n, lo, block, reciprocal, interpret,
+):  # fmt: skip
+    """`_knn_obs_kernel`'s block when the lists of observers out of the game are empty
+    (``lists_in_game``): an element with a neighbour is ``q``, one without ``+0.0`` (the
+    value the reference gets from the padding ``idx = i``, bit for bit), so neither the
+    in-game flag nor the padding id is needed, and any id in range will do for an empty
+    slot. The time column (``f = 7``) is written wrong by the block's store, then over
+    by a second pass over the block's rows after a barrier (no per-element select).
+    ``scale_ref`` has 8 entries (the time column's is never used), then, with
+    `IN_GAME_REL_TABLE`, the 8 ``rel_f`` (1.0 for the relative features)."""
+    d = obs_size(k)
+    code = code_ref[i * k + s]
+    ok = code >= 0
+    j = jnp.minimum(code.astype(jnp.uint32), jnp.uint32(m - 1)).astype(jnp.int32)
+    other = table_ref[j * _ROW + f]  # f <= 7: within the agent's 8 floats
+    own = table_ref[i * _ROW + f]
+    sc = scale_ref[f]
+    if IN_GAME_REL_TABLE:
+        # rel_f (1.0 or 0.0) from the table after the scale (the same address plus 32
+        # bytes): other − own·rel_f, one fused multiply-add (own·rel_f is exact), for
+        # a compare and a select.
+        diff = other - own * scale_ref[f + _ROW]
+    else:
+        # own·1 = own; own·0 = +0 for type and in-game (never negative): `LEAN_INDEX`.
+        diff = other - jnp.where(f < NUM_RELATIVE, own, jnp.float32(0.0))
+    if reciprocal:
+        q = diff * sc
+    elif interpret:
+        q = diff / sc
+    else:
+        q = _div_rn(diff, sc)
+    val = jnp.where(ok, q, jnp.float32(0.0))
+    pl_triton.store(out_ref.at[pl.ds(e0, block)], val, mask=inside)
+    if not interpret:
+        pl_triton.debug_barrier()  # the block's stores land before the time column's
+    rows = _next_pow2(block // d + 2)  # rows a block of B elements can touch
+    r0 = e0 // d
+    rr = r0 + lax.broadcasted_iota(jnp.int32, (rows,), 0)
+    at = rr * d + NUM_FEATURES * k  # the rows' time columns
+    keep = (rr < n) & (at >= e0) & (at < e0 + block)
+    rc = jnp.minimum(rr, n - 1)
+    ii = ids_ref[rc] if lo is None else rc + lo
+    g = table_ref[ii * _ROW + NUM_FEATURES]
+    # masked lanes: distinct indices past the end (interpret mode drops them)
+    at = jnp.where(keep, at, n * d + rr - r0)
+    pl_triton.store(out_ref.at[at], time_ref[0] * g, mask=keep)
 
 
 def knn_obs_pallas(
@@ -349,6 +415,10 @@ def knn_obs_pallas(
     scale = scale.astype(jnp.float32)
     if reciprocal:
         scale = jnp.float32(1.0) / scale
+    if lists_in_game and IN_GAME_TIME_PASS:
+        scale = jnp.concatenate([scale, jnp.ones((1,), jnp.float32)])  # [8]: f = 7 too
+        if IN_GAME_REL_TABLE:
+            scale = jnp.concatenate([scale, jnp.asarray(_RELATIVE), jnp.zeros((1,), jnp.float32)])
     args = [
         _agent_major(feats, in_game) if table is None else table.astype(jnp.float32),
         _encode(idx, valid),

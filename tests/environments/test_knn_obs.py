@@ -356,12 +356,25 @@ def test_writer_store_and_warp_options_keep_the_values(monkeypatch) -> None:
     monkeypatch.setattr(ko, "LEAN_INDEX", not ko.LEAN_INDEX)
     assert_bitwise(call(), ref, "the other index arithmetic")
     # In-game lists (rows of agents out of the game all -1): the shortcut's values.
+    # With `IN_GAME_TIME_PASS` the lean block and its time-column pass: contiguous and
+    # scattered rows, blocks of many rows and of less than one (rows straddling blocks).
     gl = jnp.where(s.in_game[:, None], lists, -1)
-    for lean in (True, False):
+    assert not np.all(np.asarray(s.in_game))
+    for lean, time_pass, rel, rows, block in (
+        (True, True, True, range(4, 24), None), (True, True, True, (7, 3, 23, 0, 12), 32),
+        (True, True, False, range(24), 16), (False, True, True, range(1, 24), 64),
+        (True, True, False, (7, 3, 23, 0, 12), None),
+        (True, False, True, range(4, 24), None), (True, False, True, (7, 3, 23, 0), 32),
+    ):  # fmt: skip
         monkeypatch.setattr(ko, "LEAN_INDEX", lean)
-        args = (feats, gl, None, range(4, 24), scale, s.in_game, jnp.float32(0.3))
-        want = ko.knn_obs_pallas(*args, reciprocal=True)
-        got = ko.knn_obs_pallas(*args, reciprocal=True, lists_in_game=True)
-        assert_bitwise(got, want, f"lists_in_game, lean {lean}")
+        monkeypatch.setattr(ko, "IN_GAME_TIME_PASS", time_pass)
+        monkeypatch.setattr(ko, "IN_GAME_REL_TABLE", rel)
+        args = (feats, gl, None, rows, scale, s.in_game, jnp.float32(0.3))
+        for recip in (True, False):
+            want = ko.knn_obs_pallas(*args, reciprocal=recip, block_size=block)
+            got = ko.knn_obs_pallas(*args, reciprocal=recip, block_size=block, lists_in_game=True)
+            assert_bitwise(
+                got, want, f"in-game lists {lean} {time_pass} {rel} {rows} {block} {recip}"
+            )
     with pytest.raises(ValueError, match="lists_in_game needs"):
         ko.knn_obs_pallas(*args[:2], jnp.ones(gl.shape, bool), *args[3:], lists_in_game=True)
