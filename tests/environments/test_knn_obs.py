@@ -360,21 +360,17 @@ def test_writer_store_and_warp_options_keep_the_values(monkeypatch) -> None:
     # scattered rows, blocks of many rows and of less than one (rows straddling blocks).
     gl = jnp.where(s.in_game[:, None], lists, -1)
     assert not np.all(np.asarray(s.in_game))
-    for lean, time_pass, rel, rows, block in (
-        (True, True, True, range(4, 24), None), (True, True, True, (7, 3, 23, 0, 12), 32),
-        (True, True, False, range(24), 16), (False, True, True, range(1, 24), 64),
-        (True, True, False, (7, 3, 23, 0, 12), None),
-        (True, False, True, range(4, 24), None), (True, False, True, (7, 3, 23, 0), 32),
+    for lean, time_pass, rows, block in (
+        (True, True, range(4, 24), None), (True, True, (7, 3, 23, 0, 12), 32),
+        (True, True, range(24), 16), (False, True, range(1, 24), 64),
+        (True, False, range(4, 24), None), (True, False, (7, 3, 23, 0), 32),
     ):  # fmt: skip
         monkeypatch.setattr(ko, "LEAN_INDEX", lean)
         monkeypatch.setattr(ko, "IN_GAME_TIME_PASS", time_pass)
-        monkeypatch.setattr(ko, "IN_GAME_REL_TABLE", rel)
         args = (feats, gl, None, rows, scale, s.in_game, jnp.float32(0.3))
         for recip in (True, False):
             want = ko.knn_obs_pallas(*args, reciprocal=recip, block_size=block)
             got = ko.knn_obs_pallas(*args, reciprocal=recip, block_size=block, lists_in_game=True)
-            assert_bitwise(
-                got, want, f"in-game lists {lean} {time_pass} {rel} {rows} {block} {recip}"
-            )
+            assert_bitwise(got, want, f"in-game lists {lean} {time_pass} {rows} {block} {recip}")
     with pytest.raises(ValueError, match="lists_in_game needs"):
         ko.knn_obs_pallas(*args[:2], jnp.ones(gl.shape, bool), *args[3:], lists_in_game=True)
