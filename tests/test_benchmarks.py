@@ -169,7 +169,9 @@ def test_env_ab_probe_tiny(tmp_path, monkeypatch, capsys):
     assert env_ab_probe.parse_variant("pallas/fallback=0/wablate=const") == (
         "pallas", (("fallback", False), ("wablate", "const"))
     )  # fmt: skip
-    assert env_ab_probe.parse_variant("pallas/wingame=0") == ("pallas", (("wingame", False),))
+    assert env_ab_probe.parse_variant("pallas/wingame=0/wtime=1/gpwarps=8") == (
+        "pallas", (("wingame", False), ("wtime", True), ("gpwarps", 8))
+    )  # fmt: skip
     assert env_ab_probe.parse_variant("pallas/large=grid/gcell=1.5/gunroll=4/gpos=0") == (
         "pallas", (("large", "grid"), ("gcell", 1.5), ("gunroll", 4), ("gpos", False))
     )  # fmt: skip

@@ -76,6 +76,7 @@ __all__ = [
     "GRID_MAX_AGENTS",
     "GRID_MAX_CELLS",
     "GRID_POSITION_KEYS",
+    "GRID_PREP_WARPS",
     "GRID_QUERIES",
     "GRID_STAGES",
     "GRID_TARGET",
@@ -102,6 +103,8 @@ GRID_UNROLL = 4
 #: candidate; ids are gathered for the ``k`` listed ones, and the exact re-sort breaks
 #: ties by id explicitly); ``False``, its id, as the other searches. Same lists.
 GRID_POSITION_KEYS = True
+#: Triton warps of the preparation kernel (one program per env).
+GRID_PREP_WARPS = 4
 #: Triton pipelining stages of the search kernel's loops (``None``: Triton's default).
 #: H200: 1, 2 and the default give the same kernel, 323.6 µs (2026-11-24 run 52).
 GRID_STAGES: int | None = None
@@ -221,7 +224,7 @@ def _grid_prep(x, y, in_game, interpret: bool):
         grid=(n,),
         in_specs=[row(m)] * 3,
         out_specs=tuple(row(sh.shape[1]) for sh in shapes),
-        compiler_params=pl_triton.CompilerParams(num_warps=4),
+        compiler_params=pl_triton.CompilerParams(num_warps=int(GRID_PREP_WARPS)),
         interpret=interpret,
         name="tag_nearest_k_grid_prep",
     )(x, y, in_game.astype(jnp.int32))

@@ -94,6 +94,7 @@ SETTINGS = {
     "gunroll": (grid_knn, "GRID_UNROLL", "pow2"),  # grid search: unroll
     "gpos": (grid_knn, "GRID_POSITION_KEYS", "bool"),  # grid search: position keys
     "gstages": (grid_knn, "GRID_STAGES", "int"),  # grid search: Triton pipelining stages
+    "gpwarps": (grid_knn, "GRID_PREP_WARPS", "pow2"),  # grid preparation: Triton warps
     "step": (None, "step_impl", ("auto", "xla", "pallas", "vector")),  # env's step_impl
     "fold": (None, "fold", ("1", "0")),  # the harness's output folds
 }
