@@ -248,16 +248,14 @@ def test_profile_trace_summaries_on_cpu(tmp_path):
 @pytest.mark.slow
 def test_profile_script_tiny(tmp_path) -> None:
     """`python -m experiments.benchmarks.profile --tiny`: the 2000-env Tag target (as the
-    suite builds it, WarpDrive's settings) and CartPole, traced and summarised on the
-    CPU."""
+    suite builds it, WarpDrive's settings), traced and summarised on the CPU."""
     import subprocess
     import sys
 
     out = subprocess.run(
         [sys.executable, "-m", "experiments.benchmarks.profile", "--tiny", "--hlo=false",
-         "--targets=tag_big,cartpole_env", f"--trace_dir={tmp_path}", "--top=5"],
+         "--targets=tag_big", f"--trace_dir={tmp_path}", "--top=5"],
         capture_output=True, text=True, timeout=600, check=True,
     )  # fmt: skip
-    for name in ("tag_big", "cartpole_env"):
-        assert f"== {name}: " in out.stdout
+    assert "== tag_big: " in out.stdout
     assert "(all)" in out.stdout
