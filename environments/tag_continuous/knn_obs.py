@@ -80,8 +80,8 @@ from environments.tag_continuous.full_obs import (
 __all__ = [
     "DEFAULT_BLOCK",
     "IMPLS",
-    "IN_GAME_TIME_PASS",
     "LEAN_INDEX",
+    "TIME_PASS",
     "USE_IN_GAME_LISTS",
     "knn_obs",
     "knn_obs_pallas",
@@ -111,10 +111,10 @@ LEAN_INDEX = True
 #: The env passes ``lists_in_game`` (one load fewer per element) when its search leaves
 #: the lists of agents out of the game empty (`kernels.lists_in_game_only`). Same values.
 USE_IN_GAME_LISTS = True
-#: With ``lists_in_game``: the lean block (`_in_game_block`: no padding id, no in-game
-#: flag, no time-column select per element; the time column written by a second pass).
-#: Same values.
-IN_GAME_TIME_PASS = True
+#: The time column by a second pass over each block's rows after a barrier, instead of
+#: a compare, a product and a select per element (`_time_pass`); with ``lists_in_game``
+#: also the lean block (`_in_game_block`: no padding id, no in-game flag). Same values.
+TIME_PASS = True
 #: Probe-only ablation of the flat kernel (`experiments.benchmarks.env_ab_probe`'s
 #: ``wablate``), giving wrong values, to time parts of it: ``"self"`` (no neighbour
 #: codes or neighbour gathers: every slot reads the observer's own row) or ``"const"``
@@ -259,11 +259,11 @@ def _knn_obs_kernel(
     s = c - f * k  # slot (0 in the time column)
     fc = jnp.minimum(f, NUM_FEATURES - 1)
     i = ids_ref[r] if lo is None else r + lo  # the observing agent
-    if in_game_lists and IN_GAME_TIME_PASS and _ABLATE == "":
-        _in_game_block(
+    if TIME_PASS and _ABLATE == "":
+        _time_pass_block(
             table_ref, code_ref, scale_ref, time_ref, out_ref, ids_ref if lo is None else None,
-            e0=e0, e=e, inside=inside, r=r, f=f, s=s, i=i, m=m, k=k, n=n, lo=lo, block=block,
-            reciprocal=reciprocal, interpret=interpret,
+            e0=e0, inside=inside, f=f, s=s, i=i, m=m, k=k, n=n, lo=lo, block=block,
+            reciprocal=reciprocal, raw=raw, in_game_lists=in_game_lists, interpret=interpret,
         )  # fmt: skip
         return
     if _ABLATE == "const":
@@ -306,36 +306,57 @@ def _knn_obs_kernel(
     pl_triton.store(out_ref.at[pl.ds(e0, block)], val, mask=inside)
 
 
-def _in_game_block(
-    table_ref, code_ref, scale_ref, time_ref, out_ref, ids_ref, *, e0, e, inside, r, f, s, i,
-    m, k, n, lo, block, reciprocal, interpret,
+def _time_pass_block(
+    table_ref, code_ref, scale_ref, time_ref, out_ref, ids_ref, *, e0, inside, f, s, i, m, k,
+    n, lo, block, reciprocal, raw, in_game_lists, interpret,
 ):  # fmt: skip
-    """`_knn_obs_kernel`'s block when the lists of observers out of the game are empty
-    (``lists_in_game``): an element with a neighbour is ``q``, one without ``+0.0`` (the
-    value the reference gets from the padding ``idx = i``, bit for bit), so neither the
-    in-game flag nor the padding id is needed, and any id in range will do for an empty
-    slot. The time column (``f = 7``) is written wrong by the block's store, then over
-    by a second pass over the block's rows after a barrier (no per-element select).
-    ``scale_ref`` has 8 entries (the time column's is never used)."""
-    d = obs_size(k)
+    """`_knn_obs_kernel`'s block with `TIME_PASS`: every element as a feature (the time
+    column, ``f = 7``, reads the in-game column and a scale of 1: a wrong value), then
+    the rows' time columns over it (`_time_pass`). ``scale_ref`` has 8 entries.
+
+    With ``in_game_lists`` (the lists of observers out of the game are empty) an element
+    with a neighbour is ``q`` and one without ``+0.0``, the value the reference gets from
+    the padding ``idx = i``, bit for bit: neither the in-game flag nor the padding id is
+    needed, and any id in range will do for an empty slot.
+    """
     code = code_ref[i * k + s]
     ok = code >= 0
-    j = jnp.minimum(code.astype(jnp.uint32), jnp.uint32(m - 1)).astype(jnp.int32)
+    if in_game_lists:
+        j = jnp.minimum(code.astype(jnp.uint32), jnp.uint32(m - 1)).astype(jnp.int32)
+    else:
+        pad = i if raw else -1 - code  # an empty slot's idx (the masked value's zero sign)
+        j = jnp.minimum(jnp.where(ok, code, pad).astype(jnp.uint32), jnp.uint32(m - 1))
+        j = j.astype(jnp.int32)
     other = table_ref[j * _ROW + f]  # f <= 7: within the agent's 8 floats
     own = table_ref[i * _ROW + f]
     sc = scale_ref[f]
     # own·1 = own; own·0 = +0 for type and in-game (never negative): `LEAN_INDEX`.
     # (Tried: rel_f from a table after the scale, one fused multiply-add for the compare
     # and the select: 38 registers, 75% occupancy, 301 -> 330 µs; H200 run 59.)
-    diff = other - jnp.where(f < NUM_RELATIVE, own, jnp.float32(0.0))
+    if LEAN_INDEX:
+        diff = other - jnp.where(f < NUM_RELATIVE, own, jnp.float32(0.0))
+    else:
+        diff = other - own * (f < NUM_RELATIVE).astype(jnp.float32)
     if reciprocal:
         q = diff * sc
     elif interpret:
         q = diff / sc
     else:
         q = _div_rn(diff, sc)
-    val = jnp.where(ok, q, jnp.float32(0.0))
+    if in_game_lists:
+        val = jnp.where(ok, q, jnp.float32(0.0))
+    else:
+        g_own = table_ref[i * _ROW + NUM_FEATURES]
+        val = q * jnp.where(ok, g_own, jnp.float32(0.0))  # mask: valid & in_game[i]
     pl_triton.store(out_ref.at[pl.ds(e0, block)], val, mask=inside)
+    _time_pass(table_ref, time_ref, out_ref, ids_ref, e0=e0, k=k, n=n, lo=lo, block=block,
+               interpret=interpret)  # fmt: skip
+
+
+def _time_pass(table_ref, time_ref, out_ref, ids_ref, *, e0, k, n, lo, block, interpret):
+    """Writes ``time · in_game[i]`` at the time column of every row that the block of
+    ``B`` elements from ``e0`` touches, after a barrier (so over the block's own store)."""
+    d = obs_size(k)
     if not interpret:
         pl_triton.debug_barrier()  # the block's stores land before the time column's
     rows = _next_pow2(block // d + 2)  # rows a block of B elements can touch
@@ -406,7 +427,7 @@ def knn_obs_pallas(
     scale = scale.astype(jnp.float32)
     if reciprocal:
         scale = jnp.float32(1.0) / scale
-    if lists_in_game and IN_GAME_TIME_PASS:
+    if TIME_PASS:
         scale = jnp.concatenate([scale, jnp.ones((1,), jnp.float32)])  # [8]: f = 7 too
     args = [
         _agent_major(feats, in_game) if table is None else table.astype(jnp.float32),

@@ -72,7 +72,7 @@ SETTINGS = {
     "wablate": (knn_obs, "_ABLATE", ("", "self", "const")),  # writer ablation: wrong values
     "wlean": (knn_obs, "LEAN_INDEX", "bool"),  # writer: leaner index arithmetic
     "wingame": (knn_obs, "USE_IN_GAME_LISTS", "bool"),  # writer: no in-game load
-    "wtime": (knn_obs, "IN_GAME_TIME_PASS", "bool"),  # writer: lean block, time pass
+    "wtime": (knn_obs, "TIME_PASS", "bool"),  # writer: time-column pass
     "prep": (kernels, "PREP_IMPL", kernels.PREP_IMPLS),  # sorted search's preparation
     "psort": (kernels, "PREP_SORT", kernels.PREP_SORTS),  # its curve order: xla / kernel
     "psbits": (kernels, "PREP_SORT_BITS", "int"),  # in-kernel sort: Hilbert bits per axis

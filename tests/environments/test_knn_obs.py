@@ -356,7 +356,7 @@ def test_writer_store_and_warp_options_keep_the_values(monkeypatch) -> None:
     monkeypatch.setattr(ko, "LEAN_INDEX", not ko.LEAN_INDEX)
     assert_bitwise(call(), ref, "the other index arithmetic")
     # In-game lists (rows of agents out of the game all -1): the shortcut's values.
-    # With `IN_GAME_TIME_PASS` the lean block and its time-column pass: contiguous and
+    # With `TIME_PASS` the lean block and the time-column pass: contiguous and
     # scattered rows, blocks of many rows and of less than one (rows straddling blocks).
     gl = jnp.where(s.in_game[:, None], lists, -1)
     assert not np.all(np.asarray(s.in_game))
@@ -366,7 +366,7 @@ def test_writer_store_and_warp_options_keep_the_values(monkeypatch) -> None:
         (True, False, range(4, 24), None), (True, False, (7, 3, 23, 0), 32),
     ):  # fmt: skip
         monkeypatch.setattr(ko, "LEAN_INDEX", lean)
-        monkeypatch.setattr(ko, "IN_GAME_TIME_PASS", time_pass)
+        monkeypatch.setattr(ko, "TIME_PASS", time_pass)
         args = (feats, gl, None, rows, scale, s.in_game, jnp.float32(0.3))
         for recip in (True, False) if block == 32 else (True,):
             want = ko.knn_obs_pallas(*args, reciprocal=recip, block_size=block)

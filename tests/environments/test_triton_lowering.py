@@ -218,7 +218,7 @@ def test_sorted_search_with_xla_preparation_lowers_to_triton(monkeypatch) -> Non
 @pytest.mark.parametrize("opaque", [False, True])
 def test_knn_obs_opaque_store_lowers_to_triton(monkeypatch, opaque: bool, lean: bool) -> None:
     """Also the in-game lists' lean block (``lean``) and the shortcut alone (not)."""
-    monkeypatch.setattr(knn_obs, "IN_GAME_TIME_PASS", not opaque)
+    monkeypatch.setattr(knn_obs, "TIME_PASS", not opaque)
     monkeypatch.setattr(knn_obs, "OPAQUE_STORE", opaque)
     monkeypatch.setattr(knn_obs, "LEAN_INDEX", lean)
     x, y, g = _positions()
