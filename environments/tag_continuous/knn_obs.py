@@ -32,7 +32,10 @@ Two forms, same values:
   copy of the features (`_agent_major`: agent ``j``'s 7 features and ``g[j]`` in one
   32-byte sector, so the lanes of a row that read the same neighbour's different
   features share a memory transaction; feature-major, as the env stacks them, each
-  lane's gather touched its own sector). Interpret mode off GPU. All its loads are
+  lane's gather touched its own sector). The time column is written by a second pass
+  over the block's rows after a barrier (`TIME_PASS`), and where the caller guarantees
+  that observers out of the game have empty lists (``lists_in_game``) an element needs
+  neither the in-game flag nor the padding id. Interpret mode off GPU. All its loads are
   pointer-style gathers from 1-D refs with computed int32 index arrays and the store is
   a masked block store, the constructs of `environments.tag_continuous.full_obs`'s
   kernel.
