@@ -333,6 +333,16 @@ def _div_rn(x: jax.Array, y: jax.Array) -> jax.Array:
     return out
 
 
+def _scale(diff: jax.Array, sc: jax.Array, reciprocal: bool, interpret: bool) -> jax.Array:
+    """``diff · sc`` (``sc`` already ``1/scale``) with ``reciprocal``, else ``diff / sc``:
+    `_div_rn` compiled, ``/`` in interpret mode (the CPU's division is exact)."""
+    if reciprocal:
+        return diff * sc
+    if interpret:
+        return diff / sc
+    return _div_rn(diff, sc)
+
+
 def _full_obs_kernel(
     feats_ref, scale_ref, g_ref, time_ref, *refs, m, n, bn, bd, lo, reciprocal, interpret
 ):
@@ -367,12 +377,7 @@ def _full_obs_kernel(
     relative = f < NUM_RELATIVE
     keep = jnp.where(relative, g_own, 1.0)
     diff = other - own * relative.astype(jnp.float32)
-    if reciprocal:
-        q = diff * s
-    elif interpret:
-        q = diff / s
-    else:
-        q = _div_rn(diff, s)
+    q = _scale(diff, s, reciprocal, interpret)
     val = jnp.where(f == NUM_FEATURES, time_ref[0] * g_own, q * keep)
     pl_triton.store(out_ref.at[pl.ds(r0, bn), pl.ds(c0, bd)], val, mask=inside)
 

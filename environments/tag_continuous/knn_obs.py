@@ -73,10 +73,10 @@ from environments.tag_continuous.full_obs import (
     NUM_FEATURES,
     NUM_RELATIVE,
     _check_block,
-    _div_rn,
     _next_pow2,
     _own,
     _row_ids,
+    _scale,
     reference_uses_reciprocal,
 )
 
@@ -274,16 +274,10 @@ def _knn_obs_kernel(
         pl_triton.store(out_ref.at[pl.ds(e0, block)], val, mask=inside)
         return
     code = i if _ABLATE == "self" else code_ref[i * k + s]
-    ok = code >= 0
-    pad = i if raw else -1 - code  # an empty slot's idx (the masked value's sign of zero)
-    if LEAN_INDEX:  # one unsigned clamp: a negative id becomes large, then M - 1
-        j = jnp.minimum(jnp.where(ok, code, pad).astype(jnp.uint32), jnp.uint32(m - 1))
-        j = j.astype(jnp.int32)
-    else:
-        j = jnp.clip(jnp.where(ok, code, pad), 0, m - 1)  # the neighbour
-    other = table_ref[j * _ROW + fc]
-    own = table_ref[i * _ROW + fc]
-    sc = scale_ref[fc]
+    ok, own, q = _slot_value(
+        table_ref, scale_ref, code, i, fc, f, m=m, raw=raw, any_row=False,
+        reciprocal=reciprocal, interpret=interpret,
+    )  # fmt: skip
     if in_game_lists:
         # An observer out of the game has no listed neighbour, so `ok` implies in_game[i];
         # the time column (fc = 6) reads in_game[i] as `own`.
@@ -292,21 +286,41 @@ def _knn_obs_kernel(
     else:
         g_own = table_ref[i * _ROW + NUM_FEATURES]
         mask = jnp.where(ok, g_own, jnp.float32(0.0))  # valid & in_game[i], as 1.0 / 0.0
-    if LEAN_INDEX:
-        # own·1 = own; own·0 = +0 for type and in-game (never negative): a select.
-        diff = other - jnp.where(f < NUM_RELATIVE, own, jnp.float32(0.0))
-    else:
-        diff = other - own * (f < NUM_RELATIVE).astype(jnp.float32)
-    if reciprocal:
-        q = diff * sc
-    elif interpret:
-        q = diff / sc
-    else:
-        q = _div_rn(diff, sc)
     val = jnp.where(f == NUM_FEATURES, time_ref[0] * g_own, q * mask)
     if OPAQUE_STORE:  # t/E >= 0, so this adds 0; the compiler cannot know it
         e0 = e0 + (time_ref[0] < jnp.float32(-1.0)).astype(jnp.int32)
     pl_triton.store(out_ref.at[pl.ds(e0, block)], val, mask=inside)
+
+
+def _slot_value(
+    table_ref, scale_ref, code, i, col, f, *, m, raw, any_row, reciprocal, interpret
+):  # fmt: skip
+    """``(ok, own, q)`` per element: whether the slot's ``code`` lists a neighbour, the
+    observer's table column ``col``, and ``(other − own·rel_f) / scale[col]`` with
+    ``other`` the neighbour's column ``col`` (an empty slot reads the observer's row, the
+    searches' padding ``idx = i``, unless ``any_row``: then any row in range, for a
+    caller that sets empty slots to ``+0.0`` itself). ``f``: the feature (``rel_f = f <
+    5``)."""
+    ok = code >= 0
+    if any_row:
+        j = jnp.minimum(code.astype(jnp.uint32), jnp.uint32(m - 1)).astype(jnp.int32)
+    else:
+        pad = i if raw else -1 - code  # an empty slot's idx (the masked value's zero sign)
+        if LEAN_INDEX:  # one unsigned clamp: a negative id becomes large, then M - 1
+            j = jnp.minimum(jnp.where(ok, code, pad).astype(jnp.uint32), jnp.uint32(m - 1))
+            j = j.astype(jnp.int32)
+        else:
+            j = jnp.clip(jnp.where(ok, code, pad), 0, m - 1)
+    other = table_ref[j * _ROW + col]
+    own = table_ref[i * _ROW + col]
+    if LEAN_INDEX:
+        # own·1 = own; own·0 = +0 for type and in-game (never negative): a select.
+        # (Tried: rel_f from a table after the scale, one fused multiply-add for the
+        # compare and the select: 38 registers, 75% occupancy, 301 -> 330 µs; run 59.)
+        diff = other - jnp.where(f < NUM_RELATIVE, own, jnp.float32(0.0))
+    else:
+        diff = other - own * (f < NUM_RELATIVE).astype(jnp.float32)
+    return ok, own, _scale(diff, scale_ref[col], reciprocal, interpret)
 
 
 def _time_pass_block(
@@ -323,29 +337,11 @@ def _time_pass_block(
     needed, and any id in range will do for an empty slot.
     """
     code = code_ref[i * k + s]
-    ok = code >= 0
-    if in_game_lists:
-        j = jnp.minimum(code.astype(jnp.uint32), jnp.uint32(m - 1)).astype(jnp.int32)
-    else:
-        pad = i if raw else -1 - code  # an empty slot's idx (the masked value's zero sign)
-        j = jnp.minimum(jnp.where(ok, code, pad).astype(jnp.uint32), jnp.uint32(m - 1))
-        j = j.astype(jnp.int32)
-    other = table_ref[j * _ROW + f]  # f <= 7: within the agent's 8 floats
-    own = table_ref[i * _ROW + f]
-    sc = scale_ref[f]
-    # own·1 = own; own·0 = +0 for type and in-game (never negative): `LEAN_INDEX`.
-    # (Tried: rel_f from a table after the scale, one fused multiply-add for the compare
-    # and the select: 38 registers, 75% occupancy, 301 -> 330 µs; H200 run 59.)
-    if LEAN_INDEX:
-        diff = other - jnp.where(f < NUM_RELATIVE, own, jnp.float32(0.0))
-    else:
-        diff = other - own * (f < NUM_RELATIVE).astype(jnp.float32)
-    if reciprocal:
-        q = diff * sc
-    elif interpret:
-        q = diff / sc
-    else:
-        q = _div_rn(diff, sc)
+    # f <= 7: the time column reads within the agent's 8 floats (a value written over)
+    ok, _, q = _slot_value(
+        table_ref, scale_ref, code, i, f, f, m=m, raw=raw, any_row=in_game_lists,
+        reciprocal=reciprocal, interpret=interpret,
+    )  # fmt: skip
     if in_game_lists:
         val = jnp.where(ok, q, jnp.float32(0.0))
     else:
