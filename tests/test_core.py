@@ -41,6 +41,41 @@ def test_multidiscrete_sample_in_space(nvec, seed):
     assert not bool(space.contains(x.astype(jnp.float32)))
 
 
+def test_multidiscrete_sample_is_uniform_over_the_product():
+    # one uniform per sample, decoded in mixed radix: every (a, b) of 3 x 5 equally likely
+    nvec, n = (3, 5), 150_000
+    x = np.asarray(MultiDiscrete(nvec).sample(jax.random.key(7), (n,)))
+    counts = np.zeros(nvec)
+    np.add.at(counts, (x[:, 0], x[:, 1]), 1)
+    expected = n / np.prod(nvec)
+    chi2 = float(np.sum((counts - expected) ** 2 / expected))
+    assert chi2 < 54.6  # 14 degrees of freedom: P(chi2 > 54.6) = 1e-6
+    # the joint index is decoded last component fastest (np.unravel_index order)
+    u = jax.random.uniform(jax.random.key(7), (n,))
+    j = np.minimum(np.floor(np.asarray(u) * 15), 14).astype(np.int64)
+    np.testing.assert_array_equal(x, np.stack(np.unravel_index(j, nvec), -1))
+
+
+@pytest.mark.parametrize("nvec", [(3, 7, 5), (1, 9), (21, 21), (4097, 4097)])
+def test_multidiscrete_sample_odd_sizes_in_range(nvec):
+    # (4097, 4097): P > 2^23, one uniform per component
+    x = np.asarray(MultiDiscrete(nvec).sample(jax.random.key(1), (20_000,)))
+    assert x.min() >= 0 and np.all(x.max(0) < np.asarray(nvec))
+    if np.prod(nvec) <= 441:  # ≥ 45 expected per vector: every one is drawn
+        assert len({tuple(r) for r in x}) == np.prod(nvec)
+
+
+@pytest.mark.parametrize("batch", [(), (7,), (2, 3)])
+@pytest.mark.parametrize("dtype", [jnp.int32, jnp.uint8])
+def test_multidiscrete_sample_shapes_and_dtypes(batch, dtype):
+    space = MultiDiscrete([21, 21], dtype)
+    x = space.sample(jax.random.key(0), batch)
+    assert x.shape == (*batch, 2) and x.dtype == dtype and bool(space.contains(x))
+    big = MultiDiscrete([4097, 4097])
+    y = big.sample(jax.random.key(0), batch)
+    assert y.shape == (*batch, 2) and y.dtype == jnp.int32 and bool(big.contains(y))
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     low=st.floats(-10, 0),
@@ -227,6 +262,35 @@ def test_rollout_shapes_no_retrace_and_determinism(env):
     assert out1.actions["red"].shape == (12, 8, 2)
     with pytest.raises(ValueError, match="num_steps must be >= 1"):
         jaxdrive.rollout(env, policy, jax.random.key(0), num_envs=2, num_steps=0)
+
+
+def test_random_policy_shared_space_one_draw_sliced_per_group():
+    env = Counter(num_red=4, num_blue=6)  # both groups Discrete(3)
+    obs = {g: jnp.zeros((64, env.num_agents(g), 2)) for g in env.groups}
+    key = jax.random.key(5)
+    acts = jax.jit(jaxdrive.random_policy(env))(key, obs)
+    assert set(acts) == {"red", "blue"}
+    for g in env.groups:
+        assert acts[g].shape == (64, env.num_agents(g)) and acts[g].dtype == jnp.int32
+        assert bool(env.action_space(g).contains(acts[g]))
+    red, blue = np.asarray(acts["red"]), np.asarray(acts["blue"])
+    assert np.mean(red != blue[:, :4]) > 0.5  # independent draws, not one copied
+    # one draw over all agents, sliced in env.groups order
+    whole = np.asarray(Discrete(3).sample(key, (64, 10)))
+    np.testing.assert_array_equal(np.concatenate([red, blue], 1), whole)
+
+
+def test_random_policy_distinct_spaces_per_group():
+    class Mixed(Counter):
+        def action_space(self, group):
+            return Discrete(3) if group == "red" else MultiDiscrete([3, 5])
+
+    env = Mixed(num_red=2, num_blue=3)
+    obs = {g: jnp.zeros((16, env.num_agents(g), 2)) for g in env.groups}
+    acts = jaxdrive.random_policy(env)(jax.random.key(0), obs)
+    assert acts["red"].shape == (16, 2) and acts["blue"].shape == (16, 3, 2)
+    for g in env.groups:
+        assert acts[g].dtype == jnp.int32 and bool(env.action_space(g).contains(acts[g]))
 
 
 # ---------------------------------------------------------------------------- registry

@@ -26,6 +26,7 @@ from jaxdrive.types import EnvParams, TimeStep
 __all__ = [
     "RESET_DRAWS_IN_KERNEL",
     "VECTOR_MAX_AGENTS",
+    "VECTOR_TABLE",
     "TagContinuous",
     "TagContinuousParams",
     "TagState",
@@ -47,6 +48,13 @@ VECTOR_MAX_AGENTS = 1024
 #: only for programs where an env resets, instead of an XLA kernel drawing ``[N, 3, M]``
 #: every step. ``False``: the XLA draw (the A/B probes' setting ``draws``).
 RESET_DRAWS_IN_KERNEL = True
+#: ``step_impl="vector"`` with partial observation by the Pallas writer: the batched
+#: kernel also writes the writer's agent-major feature table for any search (with the
+#: brute-force search it always does, beside the search's padded inputs), instead of an
+#: XLA transpose building it from the new state (H200, 2000 × (5+995): a 29 µs fusion
+#: per step reading 56 MB and writing 64 MB). ``False``: the XLA table (the A/B probes'
+#: setting ``vtable``).
+VECTOR_TABLE = True
 
 
 @struct.dataclass
@@ -594,6 +602,24 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         feats = self._features(state)  # [7, M]
         return knn_obs.knn_obs(form, feats, idx, valid, rows, scale, state.in_game, time, **kw)
 
+    def _observe_knn_groups(
+        self,
+        state: TagState,
+        params: TagContinuousParams,
+        idx: jax.Array,
+        valid: jax.Array | None,
+        **options: Any,
+    ) -> dict[str, jax.Array]:
+        """Every group's partial observation: `_observe_knn` of each group's rows
+        (``options``: its keyword arguments). (Tried: all groups by one launch of the
+        writer, a grid over both groups' blocks: 22.1 → 23.0 µs per step at 1000 ×
+        (10+100), 309.8 → 311.3 µs at 2000 × (5+995), H200 run 65; not kept.)"""
+        ids, contiguous = self._group_rows()
+        return {
+            g: self._observe_knn(state, params, i, idx, valid, alone=contiguous, **options)
+            for g, i in ids.items()
+        }
+
     def _features(self, state: TagState) -> jax.Array:
         """``[7, M]``: x, y, speed, acceleration, direction (the five relative features),
         then type and in-game (float32)."""
@@ -644,12 +670,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             # 0.78 ms per step of 1000 × (10+100) envs)
             idx, valid = self._nearest_k(state)
             in_game = self._lists_in_game(valid)
-            return {
-                g: self._observe_knn(
-                    state, params, i, idx, valid, alone=contiguous, lists_in_game=in_game
-                )
-                for g, i in ids.items()
-            }
+            return self._observe_knn_groups(state, params, idx, valid, lists_in_game=in_game)
         else:
             return self.split_groups(self.observe(state, params))
 
@@ -829,6 +850,16 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         mq, mc = search.brute_padding(m, kw.get("interpret"))
         return (mq, mc) if max(mq, mc) <= vector_step.lanes(m) else None
 
+    def _vector_table(self) -> bool:
+        """Whether the batched kernel writes the Pallas writer's feature table for a
+        search without padded inputs (`VECTOR_TABLE`; partial observation by the Pallas
+        writer)."""
+        return (
+            VECTOR_TABLE
+            and not self.use_full_observation
+            and self._resolved_knn_obs_impl() == "pallas"
+        )
+
     def _group_rows(self) -> tuple[dict[str, tuple[int, ...]], bool]:
         """Each group's agent ids, and whether every group's ids are contiguous."""
         ids = {g: self.group_ids(g) for g in self.groups}
@@ -921,6 +952,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         search, kw = self._search_module()
         m = self.num_agents_total
         padding = self._vector_search_padding()
+        with_table = padding is not None or self._vector_table()
         args, static = self._kernel_args(state, actions)
         out = vector_step.tag_vector_step(
             [getattr(p, name) for name in vector_step.RAW_PARAMS],
@@ -930,27 +962,32 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             step_key_data=parent,
             **static,
             search_padding=padding,
-            feature_table=padding is not None,
+            feature_table=with_table,
             **options,
         )
         new = TagState(
             x=out.x, y=out.y, speed=out.speed, direction=out.direction,
             acceleration=out.acceleration, in_game=out.in_game, t=out.t,
         )  # fmt: skip
-        if padding is None:
+        ids, contiguous = self._group_rows()
+        if padding is None and out.table is None:
             obs = jax.vmap(self.observations, in_axes=(0, None))(new, params)
+        elif padding is None:  # as `observations` builds them, with the kernel's table
+
+            def observe_table(state, table, time):
+                idx, valid = self._nearest_k(state)
+                in_game = self._lists_in_game(valid)
+                return self._observe_knn_groups(
+                    state, params, idx, valid, time=time, lists_in_game=in_game, table=table
+                )
+
+            obs = jax.vmap(observe_table)(new, out.table, out.time)
         else:  # as `observations` builds them, from the kernel's search inputs and table
             k = self.num_other_agents_observed
             lists = search.brute_lists_padded(*out.search, m, k, interpret=kw.get("interpret"))
-            ids, contiguous = self._group_rows()
 
             def observe(state, lists, table, time):
-                return {
-                    g: self._observe_knn(
-                        state, params, i, lists, None, alone=contiguous, table=table, time=time
-                    )
-                    for g, i in ids.items()
-                }
+                return self._observe_knn_groups(state, params, lists, None, table=table, time=time)
 
             obs = jax.vmap(observe)(new, lists, out.table, out.time)
 

@@ -1,14 +1,15 @@
 """Timing helpers for the benchmarks: env-only stepping and training throughput.
 
 Env-only stepping: one jitted program resets ``N`` envs (outside the timed region),
-then runs a `lax.scan` of ``T`` steps; each step draws uniform random actions on the
-device, steps every env (auto-reset on), and carries the state and the whole timestep
-(observations, rewards, flags, extras) to the next step and out of the program, so
-nothing the env computes is dead-code-eliminated: every step's outputs are
-materialised. With ``fold=True`` (the default here: the CartPole rows, and every Tag
-figure up to 2026-11-24's run 9) it also sums the rewards, the observations' time
-column and the done flags into a scalar of the carry: extra reductions that cost the
-harness ≈ 15% of a Tag step at 1000 × (10+100) on an H200
+then runs a `lax.scan` of ``T`` steps; the ``[T, 2]`` per-step keys (actions, env) are
+split once before the scan, in the same program (no split kernel per step). Each step
+draws uniform random actions on the device, steps every env (auto-reset on), and carries
+the state and the whole timestep (observations, rewards, flags, extras) to the next step
+and out of the program, so nothing the env computes is dead-code-eliminated: every
+step's outputs are materialised. With ``fold=True`` (the default here: the CartPole
+rows, and every Tag figure up to 2026-11-24's run 9) it also sums the rewards, the
+observations' time column and the done flags into a scalar of the carry: extra
+reductions that cost the harness ≈ 15% of a Tag step at 1000 × (10+100) on an H200
 (`experiments/benchmarks/NOTES.md`); ``fold=False`` times the env's own work only.
 Compile is excluded; the figure is the median over ``repeats`` timed calls, each ended by
 ``block_until_ready``. No host transfer happens inside a timed call.
@@ -119,16 +120,15 @@ def time_env_steps(
     def run(key, state, ts):
         def body(carry, k):
             state, ts, acc = carry
-            k_act, k_env = jax.random.split(k)
-            actions = policy(k_act, ts.obs)
-            state, ts = venv.step(k_env, state, actions, params)
+            actions = policy(k[0], ts.obs)
+            state, ts = venv.step(k[1], state, actions, params)
             if fold:
                 acc = acc + sum(jnp.sum(r) for r in ts.reward.values())
                 acc = acc + sum(jnp.sum(o[:, :, -1]) for o in ts.obs.values())
                 acc = acc + jnp.sum(ts.done)
             return (state, ts, acc), None
 
-        keys = jax.random.split(key, num_steps)
+        keys = jax.random.split(key, (num_steps, 2))  # [T, 2]: (actions, env) per step
         (state, ts, acc), _ = jax.lax.scan(body, (state, ts, jnp.zeros((), jnp.float32)), keys)
         return state, ts, acc
 

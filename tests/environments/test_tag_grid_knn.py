@@ -197,3 +197,38 @@ def test_grid_probe_tiny(tmp_path) -> None:
     assert all(r["ms"] > 0 for r in times)
     assert all(r["trips"] > 0 for r in times[1:])
     assert len(out.read_text().splitlines()) == len(recs)
+
+
+def test_vector_step_table_and_bool_flags_keep_results(tag_states, monkeypatch):
+    """The batched step kernel with the grid search (5 + 251 agents): its own feature table
+    for the writer (`env.VECTOR_TABLE`) and the preparation's bool in-game flags
+    (`grid_knn.GRID_PREP_BOOL`) give the same ``(state, TimeStep)`` bit for bit as XLA's
+    table and the int32 flags; and the same as the vmapped XLA step."""
+    import jaxdrive
+    from environments.tag_continuous import env as tag_env
+    from experiments.benchmarks.knn_obs_probe import make_env
+
+    _, params, _, stepped = tag_states
+    ref_env, _ = make_env(5, 251, 10, "pallas", step_impl="xla")
+    env, _ = make_env(5, 251, 10, "pallas", step_impl="vector")
+    assert env._vector_search_padding() is None and env._vector_table()
+    keys = jax.random.split(jax.random.key(5), 2)
+    actions = jax.vmap(env.sample_actions)(keys)
+
+    def step(e):
+        venv = jaxdrive.vectorize(e, 2)
+        return jax.tree.map(
+            np.asarray, jax.jit(venv.step)(jax.random.key(6), stepped, actions, params)
+        )
+
+    ref = step(ref_env)
+    for table, flags in ((True, True), (False, False)):
+        monkeypatch.setattr(tag_env, "VECTOR_TABLE", table)
+        monkeypatch.setattr(grid_knn, "GRID_PREP_BOOL", flags)
+        got = step(env)
+        for i, (a, b) in enumerate(zip(jax.tree.leaves(got), jax.tree.leaves(ref), strict=True)):
+            np.testing.assert_array_equal(
+                a.view(np.uint32) if a.dtype == np.float32 else a,
+                b.view(np.uint32) if b.dtype == np.float32 else b,
+                err_msg=f"table={table} bool={flags} leaf {i}",
+            )
