@@ -259,3 +259,44 @@ def test_profile_script_tiny(tmp_path) -> None:
     )  # fmt: skip
     assert "== tag_big: " in out.stdout
     assert "(all)" in out.stdout
+
+
+def test_ncu_sass_summary(tmp_path) -> None:
+    """`ncu_sass` on an export of Nsight Compute's source page (two kernels, the CSV
+    layout ncu 2025.3 writes): opcode shares, stall reasons, the hottest instruction;
+    the script names the kernels it has when asked for another."""
+    import subprocess
+    import sys
+
+    from experiments.benchmarks import ncu_sass
+
+    head = (
+        '"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed",'
+        '"L2 Theoretical Sectors Global","L2 Theoretical Sectors Global Excessive",'
+        '"stall_long_sb","stall_math","stall_long_sb (Not Issued)"\n'
+    )
+    rows = (
+        '"0x10","      IMAD R1, R2, 0x47, R3","10","300","0","0","2","8","1"\n'
+        '"0x20","      LDG.E R6, desc[UR8][R16.64]","90","100","1,364","300","85","5","40"\n'
+        '"0x30","      @!P6  STG.E desc[UR8][R4.64], R23","0","100","400","80","0","0","0"\n'
+    )
+    text = '"Kernel Name","tag_knn_obs",\n' + head + rows + '"Kernel Name","other",\n' + head
+    kernels = ncu_sass.read_kernels(text)
+    assert list(kernels) == ["tag_knn_obs", "other"] and len(kernels["tag_knn_obs"]) == 3
+    lines = ncu_sass.summarize(kernels["tag_knn_obs"], top=1)
+    assert lines[0] == "warp instructions executed: 500"
+    assert any(ln.split()[:2] == ["IMAD", "60.0%"] for ln in lines)
+    assert any(ln.split()[:2] == ["STG", "20.0%"] for ln in lines)  # predicated: its opcode
+    assert "stalls: long_sb 87.0%, math 13.0%" in lines
+    assert "LDG.E" in lines[-1] and "l2      1,364 +300" in lines[-1]
+    assert ncu_sass.summarize([]) == ["(no instructions)"]
+    path = tmp_path / "sass.csv"
+    path.write_text(text)
+    run = lambda *a: subprocess.run(
+        [sys.executable, "-m", "experiments.benchmarks.ncu_sass", f"--csv={path}", *a],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    ok = run("--kernel=tag_knn_obs", "--top=2")
+    assert ok.returncode == 0 and "== tag_knn_obs" in ok.stdout and "== other" not in ok.stdout
+    bad = run("--kernel=nope")
+    assert bad.returncode != 0 and "no kernel 'nope'" in bad.stderr and "tag_knn_obs" in bad.stderr
