@@ -73,6 +73,7 @@ from environments.tag_continuous import kernels as kn
 
 __all__ = [
     "GRID_CELL_AGENTS",
+    "GRID_LANE_ROWS",
     "GRID_MAX_AGENTS",
     "GRID_MAX_CELLS",
     "GRID_POSITION_KEYS",
@@ -106,6 +107,13 @@ GRID_UNROLL = 4
 GRID_POSITION_KEYS = True
 #: Triton warps of the preparation kernel (one program per env).
 GRID_PREP_WARPS = 4
+#: Phase 1 with each lane walking its own window rows (`_grid_knn_kernel`'s
+#: ``phase1_lane_rows``): the loop runs for the lane with the most steps instead of, row
+#: by row, for the longest segment. A NumPy model (1000 agents in the game, G = 26)
+#: gives 58.1 instead of 79.6 candidate slots per block of 32 queries at ``U = 4``, for a
+#: few more instructions per step. Same lists. Not yet measured on a GPU (2026-11-24),
+#: so off by default.
+GRID_LANE_ROWS = False
 #: The preparation loads the in-game flags as the state's bools, instead of an int32
 #: copy that XLA converts first (H200, 2000 × (5+995): a 3.6 µs kernel per step).
 GRID_PREP_BOOL = True
@@ -239,7 +247,7 @@ def _grid_prep(x, y, in_game, interpret: bool):
 # --------------------------------------------------------------------------- search
 def _grid_knn_kernel(
     prm_ref, cs_ref, sat_ref, xc_ref, yc_ref, oc_ref, x_ref, y_ref, *out_refs,
-    k, m, mp, unroll, target, in_game_only, key_bits, stats, position_keys,
+    k, m, mp, unroll, target, in_game_only, key_bits, stats, position_keys, lane_rows,
 ):  # fmt: skip
     """One env, 32 consecutive sorted queries (one per lane): see the module doc.
 
@@ -337,12 +345,53 @@ def _grid_knn_kernel(
         return lax.fori_loop(lo_row, hi_row + 1, body, (lists, count))
 
     def phase1(lists, ins, count):
+        if lane_rows:
+            return phase1_lane_rows(lists, ins, count)
         lo_row = jnp.min(jnp.where(live, c0, top + 1))
         hi_row = jnp.max(jnp.where(live, e0, -1))
         return rows(
             lists, ins, count, lo_row, hi_row,
             lambda row: [(a0, b0, live & (row >= c0) & (row <= e0))],
         )  # fmt: skip
+
+    def phase1_lane_rows(lists, ins, count):
+        """`phase1` with each lane walking its own rows ``c0 .. e0``: a loop step takes
+        ``U`` candidates of the lane's current row, and a lane whose row ends moves to its
+        next one. The loop runs for the lane with the most steps, not for the sum over the
+        block's rows of each row's longest segment (`GRID_LANE_ROWS`). Same candidates,
+        in the same order per lane."""
+        u_ins = unroll if ins is packed_ins else 1
+
+        def seg(row):  # the lane's segment of `row`: (start, end); empty past e0
+            st, ln = segment(row, a0, b0, live & (row <= e0))
+            return st, st + ln
+
+        st, en = seg(c0)
+        done = ~live
+
+        def body(state):
+            lists, cnt, row, p, end, done = state
+            batch = []
+            for i in range(u_ins):
+                pos = p + i
+                dx = qx - xc_ref[pos]
+                dy = qy - yc_ref[pos]
+                d = dx * dx + dy * dy
+                d = jnp.where((pos < end) & ~done & (pos != qc), d, kn._INF)
+                batch.append((d, pos if ins is packed_ins and position_keys else oc_ref[pos]))
+            lists = ins(lists, batch)
+            p = p + u_ins
+            next_row = (p >= end) & ~done  # a finished lane stays on its last row + 1
+            row = jnp.where(next_row, row + 1, row)
+            done = done | (row > e0)
+            st2, en2 = seg(row)  # row <= e0 + 1 <= 31: inside the tables
+            p = jnp.where(next_row, st2, p)
+            end = jnp.where(next_row, en2, end)
+            return lists, cnt + u_ins, row, p, end, done
+
+        state = (lists, count, c0, st, en, done)
+        state = lax.while_loop(lambda s: kn._any(~s[5]), body, state)
+        return state[0], state[1]
 
     def phase2(lists, ins, count, need, w1):
         a1, b1, c1, e1 = w1
@@ -458,7 +507,7 @@ def _grid_search(x, y, in_game, k, *, queries="all", block_cols=None, interpret=
         _grid_knn_kernel, k=k, m=m, mp=mp, unroll=u,
         target=math.ceil(float(GRID_TARGET) * k), in_game_only=queries == "in_game",
         key_bits=max(1, ((mp if GRID_POSITION_KEYS else m) - 1).bit_length()), stats=stats,
-        position_keys=bool(GRID_POSITION_KEYS),
+        position_keys=bool(GRID_POSITION_KEYS), lane_rows=bool(GRID_LANE_ROWS),
     )  # fmt: skip
     env = lambda length: pl.BlockSpec((None, length), lambda e, b: (e, 0))
     out_shape = [jax.ShapeDtypeStruct((n, m * k), jnp.int32)]

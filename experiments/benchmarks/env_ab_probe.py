@@ -19,9 +19,9 @@ values), ``prep`` = `kernels.PREP_IMPL`, ``psort`` = `kernels.PREP_SORT`, ``psbi
 `kernels.CHUNK_ORDER`, ``elements`` = `vector_step.DEFAULT_ELEMENTS`, ``warps`` =
 `vector_step.DEFAULT_WARPS`, ``table`` = `vector_step.TABLE_STORE`, ``draws`` =
 `env.RESET_DRAWS_IN_KERNEL`, ``skip`` = `kernels.PACKED_SKIP_DISTINCT` as 1 or 0,
-``pwarps`` = `kernels.PREP_WARPS`, ``gpbool`` = `grid_knn.GRID_PREP_BOOL`,
-``vtable`` = `env.VECTOR_TABLE` (the grid's settings ``g…`` are
-listed in `SETTINGS`), and the probe-only ablation ``fallback`` =
+``pwarps`` = `kernels.PREP_WARPS`, ``gpbool`` = `grid_knn.GRID_PREP_BOOL`, ``glrows`` =
+`grid_knn.GRID_LANE_ROWS`, ``vtable`` = `env.VECTOR_TABLE` (the grid's settings ``g…``
+are listed in `SETTINGS`), and the probe-only ablation ``fallback`` =
 `kernels._SORTED_EXACT_FALLBACK`, whose 0 gives wrong lists where packed keys collide),
 restored afterwards, the env's ``step`` (``step_impl``) and the harness's ``fold``
 (`time_env_steps`'s, 1 or 0). The variants run in turn ``--rounds`` times, so drift over
@@ -98,6 +98,7 @@ SETTINGS = {
     "gstages": (grid_knn, "GRID_STAGES", "int"),  # grid search: Triton pipelining stages
     "gpwarps": (grid_knn, "GRID_PREP_WARPS", "pow2"),  # grid preparation: Triton warps
     "gpbool": (grid_knn, "GRID_PREP_BOOL", "bool"),  # grid preparation: bool in-game flags
+    "glrows": (grid_knn, "GRID_LANE_ROWS", "bool"),  # grid search: per-lane row walk
     "vtable": (tag_env, "VECTOR_TABLE", "bool"),  # batched kernel: the writer's table
     "step": (None, "step_impl", ("auto", "xla", "pallas", "vector")),  # env's step_impl
     "fold": (None, "fold", ("1", "0")),  # the harness's output folds

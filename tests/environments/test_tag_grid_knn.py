@@ -61,6 +61,26 @@ def test_grid_unrolled_merge_matches_reference(u):
     assert_same(idx, valid, ref_idx, ref_valid, f"grid U={u}")
 
 
+@pytest.mark.parametrize("u", [1, 4])
+def test_grid_lane_rows_match_reference(monkeypatch, u):
+    """`grid_knn.GRID_LANE_ROWS` (phase 1 with each lane walking its own window rows):
+    the same lists for all and in-game queries, one candidate per step and the unrolled
+    merge, on every stress state (the lattice ties run the exact re-search through it)."""
+    monkeypatch.setattr(grid_knn, "GRID_LANE_ROWS", True)
+    monkeypatch.setattr(kernels, "PACKED_SKIP_DISTINCT", False)  # always re-sort
+    x, y, g = make_states(120, KINDS, seed=11)
+    ref_idx, ref_valid = map(np.asarray, _reference(10)(x, y, g))
+    for queries in ("all", "in_game"):
+        fn = jax.jit(
+            lambda a, b, c, q=queries: grid_knn.nearest_k_grid_batched(
+                a, b, c, 10, queries=q, block_cols=u
+            )
+        )
+        idx, valid = map(np.asarray, fn(x, y, g))
+        want = (ref_idx, ref_valid) if queries == "all" else _in_game_rows(ref_idx, ref_valid, g)
+        assert_same(idx, valid, *want, f"lane rows U={u} {queries}")
+
+
 @pytest.mark.parametrize("position_keys", [True, False])
 def test_grid_key_forms_match_reference(monkeypatch, position_keys):
     """Keys holding sorted positions (ids gathered at the end, ties by id in the re-sort)
