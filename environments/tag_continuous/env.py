@@ -620,6 +620,15 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             for g, i in ids.items()
         }
 
+    def _observe_nearest(
+        self, state: TagState, params: TagContinuousParams, **options: Any
+    ) -> dict[str, jax.Array]:
+        """Every group's partial observation from one search of ``state`` (`_nearest_k`):
+        `_observe_knn_groups` (``options``: `_observe_knn`'s ``time``, ``table``, ...)."""
+        idx, valid = self._nearest_k(state)
+        in_game = self._lists_in_game(valid)
+        return self._observe_knn_groups(state, params, idx, valid, lists_in_game=in_game, **options)
+
     def _features(self, state: TagState) -> jax.Array:
         """``[7, M]``: x, y, speed, acceleration, direction (the five relative features),
         then type and in-game (float32)."""
@@ -668,9 +677,7 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             # then each group's rows directly (measured faster on an H200; for full
             # observation by "gather" one [M, D] pass then slicing measured faster: 0.56 vs
             # 0.78 ms per step of 1000 × (10+100) envs)
-            idx, valid = self._nearest_k(state)
-            in_game = self._lists_in_game(valid)
-            return self._observe_knn_groups(state, params, idx, valid, lists_in_game=in_game)
+            return self._observe_nearest(state, params)
         else:
             return self.split_groups(self.observe(state, params))
 
@@ -969,17 +976,12 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             x=out.x, y=out.y, speed=out.speed, direction=out.direction,
             acceleration=out.acceleration, in_game=out.in_game, t=out.t,
         )  # fmt: skip
-        ids, contiguous = self._group_rows()
         if padding is None and out.table is None:
             obs = jax.vmap(self.observations, in_axes=(0, None))(new, params)
         elif padding is None:  # as `observations` builds them, with the kernel's table
 
             def observe_table(state, table, time):
-                idx, valid = self._nearest_k(state)
-                in_game = self._lists_in_game(valid)
-                return self._observe_knn_groups(
-                    state, params, idx, valid, time=time, lists_in_game=in_game, table=table
-                )
+                return self._observe_nearest(state, params, time=time, table=table)
 
             obs = jax.vmap(observe_table)(new, out.table, out.time)
         else:  # as `observations` builds them, from the kernel's search inputs and table

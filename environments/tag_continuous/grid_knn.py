@@ -304,6 +304,16 @@ def _grid_knn_kernel(
     rad, _ = lax.while_loop(lambda st: kn._any(~st[1]), grow, (jnp.ones_like(p), enough(1)))
     a0, b0, c0, e0 = window(rad)
 
+    def candidate(pos, ok, ins):
+        """The ``(d, j)`` pair of the candidates at sorted positions ``pos [BM]`` (within
+        the padded ``[2·MP]`` arrays): ``d`` is ``+inf`` where not ``ok`` and for the
+        query itself; ``j`` as `stream` says."""
+        dx = qx - xc_ref[pos]
+        dy = qy - yc_ref[pos]
+        d = dx * dx + dy * dy
+        d = jnp.where(ok & (pos != qc), d, kn._INF)
+        return d, pos if ins is packed_ins and position_keys else oc_ref[pos]
+
     def stream(lists, st, ln, ins, count):
         """Streams each lane's candidates ``st .. st + ln - 1`` (``[BM]`` each) into its
         list as ``(d, j)`` pairs (``j``: the candidate's id, or its sorted position when
@@ -316,12 +326,7 @@ def _grid_knn_kernel(
             batch = []
             for i in range(u_ins):
                 j = t * u_ins + i
-                pos = st + j  # within the padded [2·MP] arrays
-                dx = qx - xc_ref[pos]
-                dy = qy - yc_ref[pos]
-                d = dx * dx + dy * dy
-                d = jnp.where((j < ln) & (pos != qc), d, kn._INF)
-                batch.append((d, pos if ins is packed_ins and position_keys else oc_ref[pos]))
+                batch.append(candidate(st + j, j < ln, ins))
             return ins(lists, batch)
 
         return lax.fori_loop(0, steps, body, lists), count + longest
@@ -371,14 +376,7 @@ def _grid_knn_kernel(
 
         def body(state):
             lists, cnt, row, p, end, done = state
-            batch = []
-            for i in range(u_ins):
-                pos = p + i
-                dx = qx - xc_ref[pos]
-                dy = qy - yc_ref[pos]
-                d = dx * dx + dy * dy
-                d = jnp.where((pos < end) & ~done & (pos != qc), d, kn._INF)
-                batch.append((d, pos if ins is packed_ins and position_keys else oc_ref[pos]))
+            batch = [candidate(p + i, (p + i < end) & ~done, ins) for i in range(u_ins)]
             lists = ins(lists, batch)
             p = p + u_ins
             next_row = (p >= end) & ~done  # a finished lane stays on its last row + 1
