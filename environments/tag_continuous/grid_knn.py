@@ -109,11 +109,11 @@ GRID_POSITION_KEYS = True
 GRID_PREP_WARPS = 4
 #: Phase 1 with each lane walking its own window rows (`_grid_knn_kernel`'s
 #: ``phase1_lane_rows``): the loop runs for the lane with the most steps instead of, row
-#: by row, for the longest segment. A NumPy model (1000 agents in the game, G = 26)
-#: gives 58.1 instead of 79.6 candidate slots per block of 32 queries at ``U = 4``, for a
-#: few more instructions per step. Same lists. Not yet measured on a GPU (2026-11-24),
-#: so off by default.
-GRID_LANE_ROWS = False
+#: by row, for the longest segment (``False``). A NumPy model (1000 agents in the game,
+#: G = 26) gives 58.1 instead of 79.6 candidate slots per block of 32 queries at ``U = 4``,
+#: for a few more instructions per step. Same lists. H200, 2000 × (5+995), the search
+#: kernel: 324.0 → 304.8 µs (predicted ≈ −45 µs), the step −1.9% (2026-11-25 run 68).
+GRID_LANE_ROWS = True
 #: The preparation loads the in-game flags as the state's bools, instead of an int32
 #: copy that XLA converts first (H200, 2000 × (5+995): a 3.6 µs kernel per step).
 GRID_PREP_BOOL = True

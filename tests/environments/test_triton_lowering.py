@@ -70,9 +70,9 @@ def test_grid_search_lowers_to_triton(queries: str, u: int) -> None:
     assert _lowered_triton_calls(stats, x, y, g) == 2
 
 
-def test_grid_lane_rows_lower_to_triton(monkeypatch) -> None:
-    """The grid search with `grid_knn.GRID_LANE_ROWS` (per-lane row walk in phase 1)."""
-    monkeypatch.setattr(grid_knn, "GRID_LANE_ROWS", True)
+def test_grid_row_segments_lower_to_triton(monkeypatch) -> None:
+    """The grid search with `grid_knn.GRID_LANE_ROWS` off (phase 1 row by row)."""
+    monkeypatch.setattr(grid_knn, "GRID_LANE_ROWS", False)
     x, y, g = _positions()
     fn = lambda x, y, g: grid_knn.nearest_k_grid_batched(x, y, g, K, interpret=False)
     assert _lowered_triton_calls(fn, x, y, g) == 2
