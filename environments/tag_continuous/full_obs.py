@@ -340,7 +340,7 @@ def _scale(diff: jax.Array, sc: jax.Array, reciprocal: bool, interpret: bool) ->
         return diff * sc
     if interpret:
         return diff / sc
-    return _div_rn(diff, sc)
+    return _div_rn(diff, jnp.broadcast_to(sc, diff.shape))  # the asm takes equal shapes
 
 
 def _full_obs_kernel(

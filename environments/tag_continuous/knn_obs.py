@@ -81,8 +81,11 @@ from environments.tag_continuous.full_obs import (
 )
 
 __all__ = [
+    "COLS_ROWS",
     "DEFAULT_BLOCK",
     "IMPLS",
+    "LAYOUT",
+    "LAYOUTS",
     "LEAN_INDEX",
     "TIME_PASS",
     "USE_IN_GAME_LISTS",
@@ -118,6 +121,18 @@ USE_IN_GAME_LISTS = True
 #: a compare, a product and a select per element (`_time_pass`); with ``lists_in_game``
 #: also the lean block (`_in_game_block`: no padding id, no in-game flag). Same values.
 TIME_PASS = True
+#: The writer's layout: ``"flat"`` (`_knn_obs_kernel`: each program a block of ``B``
+#: consecutive elements of the flat ``[n·D]`` output, every element's row, feature and
+#: slot from two divisions, four loads per element) or ``"cols"`` (`_knn_obs_cols_kernel`:
+#: each program ``R`` whole rows as ``[R, W]`` tiles of column pieces ``W`` a power of two,
+#: ``7k+1 = 64 + 8 − 1`` at ``k = 10``; a thread's columns are the same in all its rows,
+#: so the feature, slot, scale and the relative-feature select are computed once per
+#: column, not per element, and the scale is not loaded per element). Same values.
+LAYOUTS = ("flat", "cols")
+LAYOUT = "flat"
+#: Rows per program of the ``"cols"`` layout when ``block_size`` is not given (a power
+#: of two; ``block_size`` gives ``next_pow2(block_size // D)``).
+COLS_ROWS = 16
 #: Probe-only ablation of the flat kernel (`experiments.benchmarks.env_ab_probe`'s
 #: ``wablate``), giving wrong values, to time parts of it: ``"self"`` (no neighbour
 #: codes or neighbour gathers: every slot reads the observer's own row) or ``"const"``
@@ -371,6 +386,66 @@ def _time_pass(table_ref, time_ref, out_ref, ids_ref, *, e0, k, n, lo, block, in
     pl_triton.store(out_ref.at[at], time_ref[0] * g, mask=keep)
 
 
+def _column_pieces(d: int) -> tuple[tuple[int, int], ...]:
+    """``D`` columns as pieces ``(c0, W)``, ``W`` a power of two: the largest one that
+    fits, then the rest in one piece (``71 -> (0, 64), (64, 8)``; the last may be masked)."""
+    w = 1 << (int(d).bit_length() - 1)
+    rest = d - w
+    return ((0, w),) if rest == 0 else ((0, w), (w, _next_pow2(rest)))
+
+
+def _knn_obs_cols_kernel(
+    table_ref, code_ref, scale_ref, time_ref, *refs, m, k, n, lo, rows, reciprocal, raw,
+    in_game_lists, interpret,
+):  # fmt: skip
+    """``R`` whole rows of one env's ``[n, D]`` observations (`LAYOUT` ``"cols"``).
+
+    Refs as `_knn_obs_kernel`, with ``scale_ref [8]`` (entry 7, the time column's, is 1).
+    Each column piece ``(c0, W)`` of `_column_pieces` is a ``[R, W]`` tile: the column's
+    feature ``f``, slot ``s``, scale and relative-feature select are ``[1, W]`` (once per
+    thread), the observer's id and row offsets ``[R, 1]``, and per element one neighbour
+    code, two table gathers (neighbour, observer) and one store. The time column (``f =
+    7``) reads the in-game column (``own = g[i]``) and takes ``time · g[i]``.
+    """
+    if lo is None:
+        ids_ref, out_ref = refs
+    else:
+        (out_ref,) = refs
+    d = obs_size(k)
+    rl = lax.broadcasted_iota(jnp.int32, (rows, 1), 0)  # [R, 1] the program's rows
+    r = pl.program_id(0) * rows + rl
+    rin = r < n
+    rc = jnp.minimum(r, n - 1)
+    i = ids_ref[rc] if lo is None else rc + lo  # [R, 1] observing agents
+    g_own = None if in_game_lists else table_ref[i * _ROW + NUM_FEATURES]  # [R, 1]
+    for c0, w in _column_pieces(d):
+        c = c0 + lax.broadcasted_iota(jnp.int32, (1, w), 1)  # [1, W] columns
+        cin = c < d
+        cc = jnp.minimum(c, d - 1)
+        f = lax.div(cc.astype(jnp.uint32), jnp.uint32(k)).astype(jnp.int32)  # 7: time
+        s = cc - f * k  # slot (0 in the time column)
+        code = code_ref[i * k + s]  # [R, W]
+        # interpret mode, true division: a per-element scale (XLA on the CPU would turn a
+        # division by a broadcast into a multiplication by its reciprocal)
+        fe = jnp.broadcast_to(f, code.shape) if interpret and not reciprocal else f
+        ok, own, q = _slot_value(
+            table_ref, scale_ref, code, i, fe, f, m=m, raw=raw, any_row=in_game_lists,
+            reciprocal=reciprocal, interpret=interpret,
+        )  # fmt: skip
+        if in_game_lists:
+            val = jnp.where(ok, q, jnp.float32(0.0))
+            g = own  # the time column reads in_game[i] as `own`
+        else:
+            val = q * jnp.where(ok, g_own, jnp.float32(0.0))  # mask: valid & in_game[i]
+            g = g_own
+        if c0 + w > NUM_FEATURES * k:  # the piece holds the time column
+            val = jnp.where(f == NUM_FEATURES, time_ref[0] * g, val)
+        keep = rin & cin
+        # masked lanes: distinct indices past the end (interpret mode drops them)
+        at = jnp.where(keep, r * d + c, n * d + rl * w + (c - c0))
+        pl_triton.store(out_ref.at[at], val, mask=keep)
+
+
 def knn_obs_pallas(
     feats: jax.Array,
     idx: jax.Array,
@@ -396,7 +471,8 @@ def knn_obs_pallas(
         traced scale (`full_obs.reference_uses_reciprocal`).
       block_size: output elements per program ``B``, a power of two (default
         ``min(DEFAULT_BLOCK, next_pow2(n·D))``); grid ``ceil(n·D / B)`` per env (Pallas
-        prepends the env axis under `jax.vmap`).
+        prepends the env axis under `jax.vmap`). With `LAYOUT` ``"cols"``: rows per
+        program ``R = next_pow2(B // D)`` (default `COLS_ROWS`), grid ``ceil(n / R)``.
       num_warps: Triton warps (default `DEFAULT_WARPS`, else ``max(1, min(4, B // 256))``).
       interpret: Pallas interpret mode; ``None``: only when the default backend is CPU.
       table: the agent-major feature table ``[8M]`` (`_agent_major(feats, in_game)`), if
@@ -426,7 +502,10 @@ def knn_obs_pallas(
     scale = scale.astype(jnp.float32)
     if reciprocal:
         scale = jnp.float32(1.0) / scale
-    if TIME_PASS:
+    cols = LAYOUT == "cols"
+    if LAYOUT not in LAYOUTS:
+        raise ValueError(f"knn_obs.LAYOUT must be one of {LAYOUTS}, got {LAYOUT!r}")
+    if TIME_PASS or cols:
         scale = jnp.concatenate([scale, jnp.ones((1,), jnp.float32)])  # [8]: f = 7 too
     args = [
         _agent_major(feats, in_game) if table is None else table.astype(jnp.float32),
@@ -436,7 +515,21 @@ def knn_obs_pallas(
     ]
     if lo is None:
         args.append(jnp.asarray(ids))
-    kernel = functools.partial(
+    if cols:
+        want = COLS_ROWS if block_size is None else max(1, block // d)
+        rows_per = min(_next_pow2(want), _next_pow2(n))
+        kernel = functools.partial(
+            _knn_obs_cols_kernel, m=m, k=k, n=n, lo=lo, rows=rows_per,
+            reciprocal=reciprocal, raw=valid is None, in_game_lists=bool(lists_in_game),
+            interpret=interpret,
+        )  # fmt: skip
+        if num_warps is None:
+            warps = max(1, min(4, rows_per * _column_pieces(d)[0][1] // 256))
+        grid = (pl.cdiv(n, rows_per),)
+    else:
+        kernel = None
+        grid = (pl.cdiv(total, block),)
+    kernel = kernel or functools.partial(
         _knn_obs_kernel,
         m=m,
         k=k,
@@ -451,7 +544,7 @@ def knn_obs_pallas(
     out = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((total,), jnp.float32),
-        grid=(pl.cdiv(total, block),),
+        grid=grid,
         compiler_params=pl_triton.CompilerParams(num_warps=warps, num_stages=1),
         cost_estimate=pl.CostEstimate(
             flops=int(5 * total),

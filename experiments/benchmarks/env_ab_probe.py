@@ -20,7 +20,8 @@ values), ``prep`` = `kernels.PREP_IMPL`, ``psort`` = `kernels.PREP_SORT`, ``psbi
 `vector_step.DEFAULT_WARPS`, ``table`` = `vector_step.TABLE_STORE`, ``draws`` =
 `env.RESET_DRAWS_IN_KERNEL`, ``skip`` = `kernels.PACKED_SKIP_DISTINCT` as 1 or 0,
 ``pwarps`` = `kernels.PREP_WARPS`, ``gpbool`` = `grid_knn.GRID_PREP_BOOL`, ``glrows`` =
-`grid_knn.GRID_LANE_ROWS`, ``vtable`` = `env.VECTOR_TABLE` (the grid's settings ``g…``
+`grid_knn.GRID_LANE_ROWS`, ``vtable`` = `env.VECTOR_TABLE`, ``wlayout`` =
+`knn_obs.LAYOUT`, ``wrows`` = `knn_obs.COLS_ROWS` (the grid's settings ``g…``
 are listed in `SETTINGS`), and the probe-only ablation ``fallback`` =
 `kernels._SORTED_EXACT_FALLBACK`, whose 0 gives wrong lists where packed keys collide),
 restored afterwards, the env's ``step`` (``step_impl``) and the harness's ``fold``
@@ -75,6 +76,8 @@ SETTINGS = {
     "wlean": (knn_obs, "LEAN_INDEX", "bool"),  # writer: leaner index arithmetic
     "wingame": (knn_obs, "USE_IN_GAME_LISTS", "bool"),  # writer: no in-game load
     "wtime": (knn_obs, "TIME_PASS", "bool"),  # writer: time-column pass
+    "wlayout": (knn_obs, "LAYOUT", knn_obs.LAYOUTS),  # writer: flat blocks / column tiles
+    "wrows": (knn_obs, "COLS_ROWS", "pow2"),  # writer's column tiles: rows per program
     "prep": (kernels, "PREP_IMPL", kernels.PREP_IMPLS),  # sorted search's preparation
     "psort": (kernels, "PREP_SORT", kernels.PREP_SORTS),  # its curve order: xla / kernel
     "psbits": (kernels, "PREP_SORT_BITS", "int"),  # in-kernel sort: Hilbert bits per axis

@@ -336,9 +336,9 @@ def test_probe_smoke() -> None:
 
 
 def test_writer_store_and_warp_options_keep_the_values(monkeypatch) -> None:
-    """`knn_obs.OPAQUE_STORE`, `knn_obs.DEFAULT_WARPS` and `knn_obs.LEAN_INDEX` change how
-    the kernel computes and stores, never what: the same bits as the default writer
-    (interpret mode)."""
+    """`knn_obs.OPAQUE_STORE`, `knn_obs.DEFAULT_WARPS`, `knn_obs.LEAN_INDEX` and
+    `knn_obs.LAYOUT` change how the kernel computes and stores, never what: the same bits
+    as the default writer (interpret mode)."""
     env = _env("4+20_k10", "pallas")
     rng = np.random.default_rng(5)
     p = _params(rng)
@@ -372,5 +372,25 @@ def test_writer_store_and_warp_options_keep_the_values(monkeypatch) -> None:
             want = ko.knn_obs_pallas(*args, reciprocal=recip, block_size=block)
             got = ko.knn_obs_pallas(*args, reciprocal=recip, block_size=block, lists_in_game=True)
             assert_bitwise(got, want, f"in-game lists {lean} {time_pass} {rows} {block} {recip}")
+    # The column-tile layout: the flat writer's bits for every list form, rows
+    # contiguous or not, several rows per program, true division and not.
+    idx, valid = ko.with_valid(lists)
+    monkeypatch.setattr(ko, "LEAN_INDEX", True)
+    for li, v, igl, rows, block, recip in (
+        (gl, None, True, range(4, 24), None, True), (gl, None, True, (7, 3, 23, 0, 12), 32, False),
+        (lists, None, False, range(24), 256, True), (idx, valid, False, range(1, 24), 512, False),
+        (lists, None, False, (5, 2, 9), None, True),
+    ):  # fmt: skip
+        args = (feats, li, v, rows, scale, s.in_game, jnp.float32(0.3))
+        kw = dict(reciprocal=recip, block_size=block, lists_in_game=igl)
+        monkeypatch.setattr(ko, "LAYOUT", "flat")
+        want = ko.knn_obs_pallas(*args, **kw)
+        monkeypatch.setattr(ko, "LAYOUT", "cols")
+        assert_bitwise(ko.knn_obs_pallas(*args, **kw), want, f"cols {igl} {rows} {block} {recip}")
+    monkeypatch.setattr(ko, "LAYOUT", "tiles")
+    with pytest.raises(ValueError, match="LAYOUT must be one of"):
+        ko.knn_obs_pallas(*args, **kw)
+    monkeypatch.setattr(ko, "LAYOUT", "flat")
+    args = (feats, gl, None, range(4, 24), scale, s.in_game, jnp.float32(0.3))
     with pytest.raises(ValueError, match="lists_in_game needs"):
         ko.knn_obs_pallas(*args[:2], jnp.ones(gl.shape, bool), *args[3:], lists_in_game=True)

@@ -63,9 +63,9 @@ def test_grid_unrolled_merge_matches_reference(u):
 
 def test_grid_row_segments_match_reference(monkeypatch):
     """`grid_knn.GRID_LANE_ROWS` off (phase 1 row by row, each row's longest segment; the
-    default walks each lane's own rows): the same lists for all and in-game queries with the unrolled merge (``U = 4``), on
-    every stress state (the lattice ties run the exact re-search, one candidate per step,
-    through it)."""
+    default walks each lane's own rows): the same lists for all and in-game queries with
+    the unrolled merge (``U = 4``), on every stress state (the lattice ties run the exact
+    re-search, one candidate per step, through it)."""
     u = 4
     monkeypatch.setattr(grid_knn, "GRID_LANE_ROWS", False)
     monkeypatch.setattr(kernels, "PACKED_SKIP_DISTINCT", False)  # always re-sort

@@ -241,3 +241,22 @@ def test_knn_obs_opaque_store_lowers_to_triton(monkeypatch, opaque: bool, lean: 
         return jax.vmap(one)(feats, lists, g)
 
     assert _lowered_triton_calls(fn, feats, lists, g) == 1
+
+
+@pytest.mark.parametrize("in_game_lists", [False, True])
+@pytest.mark.parametrize("rows", [range(T, M), (0, 7, 3)])
+def test_knn_obs_cols_layout_lowers_to_triton(monkeypatch, rows, in_game_lists: bool) -> None:
+    """The column-tile writer (`knn_obs.LAYOUT` ``"cols"``), true division and not."""
+    monkeypatch.setattr(knn_obs, "LAYOUT", "cols")
+    x, y, g = _positions()
+    feats = _feats(x, y, g)
+    lists = jnp.zeros((N, M, K), jnp.int32)
+
+    def fn(feats, lists, g):
+        one = lambda f, li, gg: knn_obs.knn_obs_pallas(
+            f, li, None, rows, jnp.arange(1.0, 8.0), gg, jnp.float32(0.5),
+            reciprocal=in_game_lists, interpret=False, lists_in_game=in_game_lists,
+        )  # fmt: skip
+        return jax.vmap(one)(feats, lists, g)
+
+    assert _lowered_triton_calls(fn, feats, lists, g) == 1
