@@ -38,7 +38,12 @@ Two forms, same values:
   neither the in-game flag nor the padding id. Interpret mode off GPU. All its loads are
   pointer-style gathers from 1-D refs with computed int32 index arrays and the store is
   a masked block store, the constructs of `environments.tag_continuous.full_obs`'s
-  kernel.
+  kernel. That is the ``"flat"`` layout; the default (`LAYOUT` ``"cols"``) computes
+  the same elements as ``[R, W]`` tiles of ``R`` whole rows and ``W`` columns
+  (`_column_pieces`: 64 and 8 at ``k = 10``), so the per-column quantities (feature,
+  slot, scale, relative-feature select) are computed once per thread, not per element,
+  the rows' once per row, and the time column is a select in the last piece; each
+  element loads its code, the neighbour's and the observer's table value, and stores.
 
 Division and bit-exactness: as documented in `environments.tag_continuous.full_obs`, XLA
 compiles the reference's division by the broadcast scale into a multiplication by its
@@ -128,11 +133,15 @@ TIME_PASS = True
 #: ``7k+1 = 64 + 8 − 1`` at ``k = 10``; a thread's columns are the same in all its rows,
 #: so the feature, slot, scale and the relative-feature select are computed once per
 #: column, not per element, and the scale is not loaded per element). Same values.
+#: H200, 2000 × (5+995), the runners' writer: 301.1 µs flat, 288.5 µs cols at ``R = 16``
+#: (4 warps, 40 registers), **275.8 µs at ``R = 8``** (2 warps, 32 registers), 305.6 µs
+#: at ``R = 4`` (one warp); the step −2.3% (2026-11-25 runs 69–70).
 LAYOUTS = ("flat", "cols")
-LAYOUT = "flat"
+LAYOUT = "cols"
 #: Rows per program of the ``"cols"`` layout when ``block_size`` is not given (a power
-#: of two; ``block_size`` gives ``next_pow2(block_size // D)``).
-COLS_ROWS = 16
+#: of two; ``block_size`` gives ``next_pow2(block_size // D)``). Triton warps default to
+#: ``R · W / 256`` (``W`` the widest piece), between 1 and 4.
+COLS_ROWS = 8
 #: Probe-only ablation of the flat kernel (`experiments.benchmarks.env_ab_probe`'s
 #: ``wablate``), giving wrong values, to time parts of it: ``"self"`` (no neighbour
 #: codes or neighbour gathers: every slot reads the observer's own row) or ``"const"``

@@ -339,6 +339,7 @@ def test_writer_store_and_warp_options_keep_the_values(monkeypatch) -> None:
     """`knn_obs.OPAQUE_STORE`, `knn_obs.DEFAULT_WARPS`, `knn_obs.LEAN_INDEX` and
     `knn_obs.LAYOUT` change how the kernel computes and stores, never what: the same bits
     as the default writer (interpret mode)."""
+    monkeypatch.setattr(ko, "LAYOUT", "flat")  # the flat writer's own settings first
     env = _env("4+20_k10", "pallas")
     rng = np.random.default_rng(5)
     p = _params(rng)

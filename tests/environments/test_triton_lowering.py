@@ -226,6 +226,7 @@ def test_sorted_search_with_xla_preparation_lowers_to_triton(monkeypatch) -> Non
 @pytest.mark.parametrize("opaque", [False, True])
 def test_knn_obs_opaque_store_lowers_to_triton(monkeypatch, opaque: bool, lean: bool) -> None:
     """Also the in-game lists' lean block (``lean``) and the shortcut alone (not)."""
+    monkeypatch.setattr(knn_obs, "LAYOUT", "flat")
     monkeypatch.setattr(knn_obs, "TIME_PASS", not opaque)
     monkeypatch.setattr(knn_obs, "OPAQUE_STORE", opaque)
     monkeypatch.setattr(knn_obs, "LEAN_INDEX", lean)
@@ -246,8 +247,8 @@ def test_knn_obs_opaque_store_lowers_to_triton(monkeypatch, opaque: bool, lean: 
 @pytest.mark.parametrize("in_game_lists", [False, True])
 @pytest.mark.parametrize("rows", [range(T, M), (0, 7, 3)])
 def test_knn_obs_cols_layout_lowers_to_triton(monkeypatch, rows, in_game_lists: bool) -> None:
-    """The column-tile writer (`knn_obs.LAYOUT` ``"cols"``), true division and not."""
-    monkeypatch.setattr(knn_obs, "LAYOUT", "cols")
+    """The column-tile writer (`knn_obs.LAYOUT` ``"cols"``, the default), true division
+    and not."""
     x, y, g = _positions()
     feats = _feats(x, y, g)
     lists = jnp.zeros((N, M, K), jnp.int32)
