@@ -88,10 +88,13 @@ from environments.tag_continuous.full_obs import (
 __all__ = [
     "COLS_ROWS",
     "DEFAULT_BLOCK",
+    "EVICTIONS",
     "IMPLS",
     "LAYOUT",
     "LAYOUTS",
     "LEAN_INDEX",
+    "STORE_EVICTION",
+    "TABLE_EVICTION",
     "TIME_PASS",
     "USE_IN_GAME_LISTS",
     "knn_obs",
@@ -142,6 +145,13 @@ LAYOUT = "cols"
 #: of two; ``block_size`` gives ``next_pow2(block_size // D)``). Triton warps default to
 #: ``R · W / 256`` (``W`` the widest piece), between 1 and 4.
 COLS_ROWS = 8
+#: L2 eviction hints of the ``"cols"`` writer (Triton's ``eviction_policy``: ``None``,
+#: ``"evict_first"`` or ``"evict_last"``): for its observation stores (written once,
+#: never read back by the step) and for its feature-table gathers (read ``7k`` times per
+#: row). Same values.
+STORE_EVICTION: str | None = None
+TABLE_EVICTION: str | None = None
+EVICTIONS = (None, "evict_first", "evict_last")
 #: Probe-only ablation of the flat kernel (`experiments.benchmarks.env_ab_probe`'s
 #: ``wablate``), giving wrong values, to time parts of it: ``"self"`` (no neighbour
 #: codes or neighbour gathers: every slot reads the observer's own row) or ``"const"``
@@ -317,7 +327,8 @@ def _knn_obs_kernel(
 
 
 def _slot_value(
-    table_ref, scale_ref, code, i, col, f, *, m, raw, any_row, reciprocal, interpret
+    table_ref, scale_ref, code, i, col, f, *, m, raw, any_row, reciprocal, interpret,
+    table_eviction=None,
 ):  # fmt: skip
     """``(ok, own, q)`` per element: whether the slot's ``code`` lists a neighbour, the
     observer's table column ``col``, and ``(other − own·rel_f) / scale[col]`` with
@@ -335,8 +346,12 @@ def _slot_value(
             j = j.astype(jnp.int32)
         else:
             j = jnp.clip(jnp.where(ok, code, pad), 0, m - 1)
-    other = table_ref[j * _ROW + col]
-    own = table_ref[i * _ROW + col]
+    if table_eviction is None:
+        other = table_ref[j * _ROW + col]
+        own = table_ref[i * _ROW + col]
+    else:
+        other = pl_triton.load(table_ref.at[j * _ROW + col], eviction_policy=table_eviction)
+        own = pl_triton.load(table_ref.at[i * _ROW + col], eviction_policy=table_eviction)
     if LEAN_INDEX:
         # own·1 = own; own·0 = +0 for type and in-game (never negative): a select.
         # (Tried: rel_f from a table after the scale, one fused multiply-add for the
@@ -440,6 +455,7 @@ def _knn_obs_cols_kernel(
         ok, own, q = _slot_value(
             table_ref, scale_ref, code, i, fe, f, m=m, raw=raw, any_row=in_game_lists,
             reciprocal=reciprocal, interpret=interpret,
+            table_eviction=None if interpret else TABLE_EVICTION,
         )  # fmt: skip
         if in_game_lists:
             val = jnp.where(ok, q, jnp.float32(0.0))
@@ -452,7 +468,8 @@ def _knn_obs_cols_kernel(
         keep = rin & cin
         # masked lanes: distinct indices past the end (interpret mode drops them)
         at = jnp.where(keep, r * d + c, n * d + rl * w + (c - c0))
-        pl_triton.store(out_ref.at[at], val, mask=keep)
+        evict = None if interpret else STORE_EVICTION
+        pl_triton.store(out_ref.at[at], val, mask=keep, eviction_policy=evict)
 
 
 def knn_obs_pallas(
@@ -514,6 +531,9 @@ def knn_obs_pallas(
     cols = LAYOUT == "cols"
     if LAYOUT not in LAYOUTS:
         raise ValueError(f"knn_obs.LAYOUT must be one of {LAYOUTS}, got {LAYOUT!r}")
+    for name, hint in (("STORE_EVICTION", STORE_EVICTION), ("TABLE_EVICTION", TABLE_EVICTION)):
+        if hint not in EVICTIONS:
+            raise ValueError(f"knn_obs.{name} must be one of {EVICTIONS}, got {hint!r}")
     if TIME_PASS or cols:
         scale = jnp.concatenate([scale, jnp.ones((1,), jnp.float32)])  # [8]: f = 7 too
     args = [

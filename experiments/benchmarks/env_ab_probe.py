@@ -21,7 +21,8 @@ values), ``prep`` = `kernels.PREP_IMPL`, ``psort`` = `kernels.PREP_SORT`, ``psbi
 `env.RESET_DRAWS_IN_KERNEL`, ``skip`` = `kernels.PACKED_SKIP_DISTINCT` as 1 or 0,
 ``pwarps`` = `kernels.PREP_WARPS`, ``gpbool`` = `grid_knn.GRID_PREP_BOOL`, ``glrows`` =
 `grid_knn.GRID_LANE_ROWS`, ``vtable`` = `env.VECTOR_TABLE`, ``wlayout`` =
-`knn_obs.LAYOUT`, ``wrows`` = `knn_obs.COLS_ROWS` (the grid's settings ``g…``
+`knn_obs.LAYOUT`, ``wrows`` = `knn_obs.COLS_ROWS`, ``wevict`` / ``tevict`` = `knn_obs.STORE_EVICTION` /
+`knn_obs.TABLE_EVICTION` (``none`` for None) (the grid's settings ``g…``
 are listed in `SETTINGS`), and the probe-only ablation ``fallback`` =
 `kernels._SORTED_EXACT_FALLBACK`, whose 0 gives wrong lists where packed keys collide),
 restored afterwards, the env's ``step`` (``step_impl``) and the harness's ``fold``
@@ -78,6 +79,8 @@ SETTINGS = {
     "wtime": (knn_obs, "TIME_PASS", "bool"),  # writer: time-column pass
     "wlayout": (knn_obs, "LAYOUT", knn_obs.LAYOUTS),  # writer: flat blocks / column tiles
     "wrows": (knn_obs, "COLS_ROWS", "pow2"),  # writer's column tiles: rows per program
+    "wevict": (knn_obs, "STORE_EVICTION", ("none", "evict_first", "evict_last")),  # stores
+    "tevict": (knn_obs, "TABLE_EVICTION", ("none", "evict_first", "evict_last")),  # gathers
     "prep": (kernels, "PREP_IMPL", kernels.PREP_IMPLS),  # sorted search's preparation
     "psort": (kernels, "PREP_SORT", kernels.PREP_SORTS),  # its curve order: xla / kernel
     "psbits": (kernels, "PREP_SORT_BITS", "int"),  # in-kernel sort: Hilbert bits per axis
@@ -165,7 +168,7 @@ def parse_variant(text: str) -> Variant:
         else:
             if value not in kind:
                 raise ValueError(f"{name} must be one of {kind}, got {value!r} in {text!r}")
-            settings.append((name, value))
+            settings.append((name, None if value == "none" else value))  # "none": None
     return impl, tuple(settings)
 
 
