@@ -148,9 +148,11 @@ COLS_ROWS = 8
 #: L2 eviction hints of the ``"cols"`` writer (Triton's ``eviction_policy``: ``None``,
 #: ``"evict_first"`` or ``"evict_last"``): for its observation stores (written once,
 #: never read back by the step) and for its feature-table gathers (read ``7k`` times per
-#: row). Same values.
+#: row). Same values. H200, 2000 × (5+995), the runners' writer with ``"evict_last"``
+#: gathers: 275.5 → 272.2 and 276.0 → 272.4 µs, the step −0.1% and −0.3% (2026-11-25
+#: runs 73–74); ``"evict_first"`` stores: 275.5 → 278.9 µs.
 STORE_EVICTION: str | None = None
-TABLE_EVICTION: str | None = None
+TABLE_EVICTION: str | None = "evict_last"
 EVICTIONS = (None, "evict_first", "evict_last")
 #: Probe-only ablation of the flat kernel (`experiments.benchmarks.env_ab_probe`'s
 #: ``wablate``), giving wrong values, to time parts of it: ``"self"`` (no neighbour
