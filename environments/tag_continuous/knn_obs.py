@@ -155,9 +155,10 @@ STORE_EVICTION: str | None = None
 TABLE_EVICTION: str | None = "evict_last"
 EVICTIONS = (None, "evict_first", "evict_last")
 #: Probe-only ablation of the flat kernel (`experiments.benchmarks.env_ab_probe`'s
-#: ``wablate``), giving wrong values, to time parts of it: ``"self"`` (no neighbour
-#: codes or neighbour gathers: every slot reads the observer's own row) or ``"const"``
-#: (no loads but the time: the stores alone).
+#: ``wablate``, with ``wlayout=flat``; the column-tile layout refuses it), giving wrong
+#: values, to time parts of it: ``"self"`` (no neighbour codes or neighbour gathers:
+#: every slot reads the observer's own row) or ``"const"`` (no loads but the time: the
+#: stores alone).
 _ABLATE = ""
 
 _RELATIVE = np.array([1] * NUM_RELATIVE + [0] * (NUM_FEATURES - NUM_RELATIVE), np.float32)
@@ -533,6 +534,11 @@ def knn_obs_pallas(
     cols = LAYOUT == "cols"
     if LAYOUT not in LAYOUTS:
         raise ValueError(f"knn_obs.LAYOUT must be one of {LAYOUTS}, got {LAYOUT!r}")
+    if cols and _ABLATE:
+        raise ValueError(
+            f"knn_obs._ABLATE={_ABLATE!r} ablates the flat layout's kernel; set "
+            "knn_obs.LAYOUT = 'flat' too (env_ab_probe: wlayout=flat)"
+        )
     for name, hint in (("STORE_EVICTION", STORE_EVICTION), ("TABLE_EVICTION", TABLE_EVICTION)):
         if hint not in EVICTIONS:
             raise ValueError(f"knn_obs.{name} must be one of {EVICTIONS}, got {hint!r}")

@@ -27,8 +27,11 @@ settings ``g…``
 are listed in `SETTINGS`), and the probe-only ablation ``fallback`` =
 `kernels._SORTED_EXACT_FALLBACK`, whose 0 gives wrong lists where packed keys collide),
 restored afterwards, the env's ``step`` (``step_impl``) and the harness's ``fold``
-(`time_env_steps`'s, 1 or 0). The variants run in turn ``--rounds`` times, so drift over
-time shows as the spread of one variant's rounds, not as a difference between variants.
+(`time_env_steps`'s, 1 or 0). ``block``, ``opaque``, ``wtime`` and ``wablate`` set the
+flat writer's knobs: pair them with ``wlayout=flat`` (the default writer is the
+column-tile layout; ``wablate`` with it is an error). The variants run in turn
+``--rounds`` times, so drift over time shows as the spread of one variant's rounds, not
+as a difference between variants.
 Before timing, each variant's observations after ``--check_steps`` random steps are
 compared with the first variant's (same keys, same actions): ``equal``, or the count of
 differing float32 elements and the largest absolute difference.
@@ -71,13 +74,13 @@ SETTINGS = {
     "sunroll": (kernels, "SORTED_UNROLL", "pow2"),  # sorted search: unroll (<= chunk)
     "network": (kernels, "PACKED_NETWORK", kernels.PACKED_NETWORKS),  # packed search's
     "sort": (kernels, "SORT_KEYS", kernels.SORT_KEY_FORMS),  # curve sort: packed / argsort
-    "block": (knn_obs, "DEFAULT_BLOCK", "pow2"),  # observation writer: elements per program
+    "block": (knn_obs, "DEFAULT_BLOCK", "pow2"),  # flat writer: elements per program
     "wwarps": (knn_obs, "DEFAULT_WARPS", "pow2"),  # observation writer: Triton warps
-    "opaque": (knn_obs, "OPAQUE_STORE", "bool"),  # observation writer: unvectorised store
-    "wablate": (knn_obs, "_ABLATE", ("", "self", "const")),  # writer ablation: wrong values
+    "opaque": (knn_obs, "OPAQUE_STORE", "bool"),  # flat writer: unvectorised store
+    "wablate": (knn_obs, "_ABLATE", ("", "self", "const")),  # flat writer ablation: wrong
     "wlean": (knn_obs, "LEAN_INDEX", "bool"),  # writer: leaner index arithmetic
     "wingame": (knn_obs, "USE_IN_GAME_LISTS", "bool"),  # writer: no in-game load
-    "wtime": (knn_obs, "TIME_PASS", "bool"),  # writer: time-column pass
+    "wtime": (knn_obs, "TIME_PASS", "bool"),  # flat writer: time-column pass
     "wlayout": (knn_obs, "LAYOUT", knn_obs.LAYOUTS),  # writer: flat blocks / column tiles
     "wrows": (knn_obs, "COLS_ROWS", "pow2"),  # writer's column tiles: rows per program
     "wevict": (knn_obs, "STORE_EVICTION", ("none", "evict_first", "evict_last")),  # stores

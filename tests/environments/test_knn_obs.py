@@ -388,9 +388,18 @@ def test_writer_store_and_warp_options_keep_the_values(monkeypatch) -> None:
         want = ko.knn_obs_pallas(*args, **kw)
         monkeypatch.setattr(ko, "LAYOUT", "cols")
         assert_bitwise(ko.knn_obs_pallas(*args, **kw), want, f"cols {igl} {rows} {block} {recip}")
+    monkeypatch.setattr(ko, "_ABLATE", "self")
+    with pytest.raises(ValueError, match="ablates the flat layout"):
+        ko.knn_obs_pallas(*args, **kw)
+    monkeypatch.setattr(ko, "_ABLATE", "")
     monkeypatch.setattr(ko, "LAYOUT", "tiles")
     with pytest.raises(ValueError, match="LAYOUT must be one of"):
         ko.knn_obs_pallas(*args, **kw)
+    monkeypatch.setattr(ko, "LAYOUT", "cols")
+    monkeypatch.setattr(ko, "TABLE_EVICTION", "evict_never")
+    with pytest.raises(ValueError, match="TABLE_EVICTION must be one of"):
+        ko.knn_obs_pallas(*args, **kw)
+    monkeypatch.setattr(ko, "TABLE_EVICTION", None)
     monkeypatch.setattr(ko, "LAYOUT", "flat")
     args = (feats, gl, None, range(4, 24), scale, s.in_game, jnp.float32(0.3))
     with pytest.raises(ValueError, match="lists_in_game needs"):
