@@ -169,6 +169,9 @@ def test_env_ab_probe_tiny(tmp_path, monkeypatch, capsys):
     assert env_ab_probe.parse_variant("pallas/fallback=0/wablate=const") == (
         "pallas", (("fallback", False), ("wablate", "const"))
     )  # fmt: skip
+    assert env_ab_probe.parse_variant("pallas/wlayout=flat/wrows=8/tevict=none") == (
+        "pallas", (("wlayout", "flat"), ("wrows", 8), ("tevict", None))  # "none": None
+    )  # fmt: skip
     assert env_ab_probe.parse_variant("pallas/wingame=0/wtime=1/gpwarps=8") == (
         "pallas", (("wingame", False), ("wtime", True), ("gpwarps", 8))
     )  # fmt: skip
