@@ -349,7 +349,7 @@ def _slot_value(
             j = j.astype(jnp.int32)
         else:
             j = jnp.clip(jnp.where(ok, code, pad), 0, m - 1)
-    if table_eviction is None:
+    if table_eviction is None:  # the flat writer's loads as measured
         other = table_ref[j * _ROW + col]
         own = table_ref[i * _ROW + col]
     else:
@@ -502,7 +502,8 @@ def knn_obs_pallas(
         ``min(DEFAULT_BLOCK, next_pow2(n·D))``); grid ``ceil(n·D / B)`` per env (Pallas
         prepends the env axis under `jax.vmap`). With `LAYOUT` ``"cols"``: rows per
         program ``R = next_pow2(B // D)`` (default `COLS_ROWS`), grid ``ceil(n / R)``.
-      num_warps: Triton warps (default `DEFAULT_WARPS`, else ``max(1, min(4, B // 256))``).
+      num_warps: Triton warps (default `DEFAULT_WARPS`, else ``max(1, min(4, B // 256))``;
+        with ``"cols"``, ``B`` is the rows' widest piece, ``R · W``).
       interpret: Pallas interpret mode; ``None``: only when the default backend is CPU.
       table: the agent-major feature table ``[8M]`` (`_agent_major(feats, in_game)`), if
         already built (the batched Tag step writes it); ``feats`` then gives shapes only.
@@ -564,20 +565,11 @@ def knn_obs_pallas(
             warps = max(1, min(4, rows_per * _column_pieces(d)[0][1] // 256))
         grid = (pl.cdiv(n, rows_per),)
     else:
-        kernel = None
+        kernel = functools.partial(
+            _knn_obs_kernel, m=m, k=k, n=n, lo=lo, block=block, reciprocal=reciprocal,
+            raw=valid is None, in_game_lists=bool(lists_in_game), interpret=interpret,
+        )  # fmt: skip
         grid = (pl.cdiv(total, block),)
-    kernel = kernel or functools.partial(
-        _knn_obs_kernel,
-        m=m,
-        k=k,
-        n=n,
-        lo=lo,
-        block=block,
-        reciprocal=reciprocal,
-        raw=valid is None,
-        in_game_lists=bool(lists_in_game),
-        interpret=interpret,
-    )
     out = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((total,), jnp.float32),

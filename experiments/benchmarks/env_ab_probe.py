@@ -23,8 +23,7 @@ values), ``prep`` = `kernels.PREP_IMPL`, ``psort`` = `kernels.PREP_SORT`, ``psbi
 `grid_knn.GRID_LANE_ROWS`, ``vtable`` = `env.VECTOR_TABLE`, ``wlayout`` =
 `knn_obs.LAYOUT`, ``wrows`` = `knn_obs.COLS_ROWS`, ``wevict`` / ``tevict`` =
 `knn_obs.STORE_EVICTION` / `knn_obs.TABLE_EVICTION` (``none`` for None) (the grid's
-settings ``g…``
-are listed in `SETTINGS`), and the probe-only ablation ``fallback`` =
+settings ``g…`` are listed in `SETTINGS`), and the probe-only ablation ``fallback`` =
 `kernels._SORTED_EXACT_FALLBACK`, whose 0 gives wrong lists where packed keys collide),
 restored afterwards, the env's ``step`` (``step_impl``) and the harness's ``fold``
 (`time_env_steps`'s, 1 or 0). ``block``, ``opaque``, ``wtime`` and ``wablate`` set the

@@ -249,6 +249,7 @@ def test_knn_obs_opaque_store_lowers_to_triton(monkeypatch, opaque: bool, lean: 
 def test_knn_obs_cols_layout_lowers_to_triton(monkeypatch, rows, in_game_lists: bool) -> None:
     """The column-tile writer (`knn_obs.LAYOUT` ``"cols"``, the default), true division
     and not."""
+    monkeypatch.setattr(knn_obs, "LAYOUT", "cols")
     x, y, g = _positions()
     feats = _feats(x, y, g)
     lists = jnp.zeros((N, M, K), jnp.int32)
