@@ -78,6 +78,7 @@ __all__ = [
     "GRID_MAX_CELLS",
     "GRID_POSITION_KEYS",
     "GRID_PREP_BOOL",
+    "GRID_PREP_RADIX_BITS",
     "GRID_PREP_WARPS",
     "GRID_QUERIES",
     "GRID_STAGES",
@@ -117,6 +118,10 @@ GRID_LANE_ROWS = True
 #: The preparation loads the in-game flags as the state's bools, instead of an int32
 #: copy that XLA converts first (H200, 2000 × (5+995): a 3.6 µs kernel per step).
 GRID_PREP_BOOL = True
+#: Key bits per pass of the preparation's radix sort: 1 (`kernels._radix_passes`: ten
+#: passes, each a row scan, a row sum, a scatter and a barrier) or 2 (`_radix_passes_2bit`:
+#: five passes, the three digits' counts packed in one int32 scan and one sum).
+GRID_PREP_RADIX_BITS = 2
 #: Triton pipelining stages of the search kernel's loops (``None``: Triton's default).
 #: H200: 1, 2 and the default give the same kernel, 323.6 µs (2026-11-24 run 52).
 GRID_STAGES: int | None = None
@@ -136,9 +141,45 @@ _BM = 32  # queries per program, one per lane (one warp)
 
 
 # ----------------------------------------------------------------------------- prep
+def _radix_passes_2bit(packed, bufs, lo: int, nbits: int, *, interpret: bool):
+    """`kernels._radix_passes` with two bits per pass: sorts the ``[P]`` int32 keys
+    ``packed`` (``P <= 1024``, non-negative) stably by their bits ``lo .. lo + nbits - 1``
+    (``nbits`` even); the result lands in ``bufs[1]`` and is returned as ``[P]``.
+
+    Each pass counts the digits 0, 1 and 2 before each lane in one int32 scan of bit
+    fields (bits 0-10, 11-21, 22-31; digit 3's count is the rest), and their totals in
+    one sum. An exclusive count is below ``P <= 1024``, so it fits any field; only the
+    total of digit 2 can overflow its 10 bits, when every lane holds a 2, and then no
+    lane reads the place after digit 2's (digit 3's base)."""
+    if nbits % 2:
+        raise ValueError(f"_radix_passes_2bit needs an even number of bits, got {nbits}")
+    if packed.shape[0] > 1024:
+        raise ValueError(f"_radix_passes_2bit sorts at most 1024 lanes, got {packed.shape[0]}")
+    p = lax.broadcasted_iota(jnp.int32, packed.shape, 0)
+    passes = nbits // 2
+    for t, d in enumerate(range(lo, lo + nbits, 2)):
+        digit = (packed >> d) & 3
+        v = jnp.where(digit == 3, 0, jnp.left_shift(jnp.int32(1), 11 * digit))
+        before = jnp.cumsum(v) - v  # digits 0-2 before lane p, as bit fields
+        total = jnp.sum(v)
+        b0, b1, b2 = before & 2047, (before >> 11) & 2047, (before >> 22) & 1023
+        t0, t1, t2 = total & 2047, (total >> 11) & 2047, (total >> 22) & 1023
+        pos = jnp.where(
+            digit < 2,
+            jnp.where(digit == 0, b0, t0 + b1),
+            jnp.where(digit == 2, t0 + t1 + b2, t0 + t1 + t2 + (p - b0 - b1 - b2)),
+        )
+        buf = bufs[(t - passes) % 2]  # the last pass writes bufs[1]
+        pl_triton.store(buf.at[pos], packed)
+        if not interpret:
+            pl_triton.debug_barrier()
+        packed = buf[p]
+    return packed
+
+
 def _grid_prep_kernel(
     x_ref, y_ref, g_ref, xc_ref, yc_ref, oc_ref, cs_ref, sat_ref, prm_ref, buf0, buf1,
-    *, m, mp, cell_agents, max_cells, interpret,
+    *, m, mp, cell_agents, max_cells, radix_bits, interpret,
 ):  # fmt: skip
     """One env: cells, the sort, the tables.
 
@@ -179,7 +220,8 @@ def _grid_prep_kernel(
     key = jnp.where(gin, cell(y, y0) * _ROW + cell(x, x0), _OUT_KEY)
     id_bits = max(1, (p2 - 1).bit_length())
     packed = (key << id_bits) | p  # padding lanes: key 1023, ids past M, so last
-    packed = kn._radix_passes(packed, (buf0, buf1), id_bits, 10, interpret=interpret)
+    radix = kn._radix_passes if radix_bits == 1 else _radix_passes_2bit
+    packed = radix(packed, (buf0, buf1), id_bits, 10, interpret=interpret)
     sid = packed & ((1 << id_bits) - 1)
     ok = sid < m
     agent = jnp.minimum(sid, m - 1)
@@ -216,6 +258,8 @@ def _grid_prep_kernel(
 
 def _grid_prep(x, y, in_game, interpret: bool):
     """`_grid_prep_kernel` over ``N`` envs: ``(xc, yc, oc, cs, sat, prm)``."""
+    if GRID_PREP_RADIX_BITS not in (1, 2):
+        raise ValueError(f"GRID_PREP_RADIX_BITS must be 1 or 2, got {GRID_PREP_RADIX_BITS!r}")
     n, m = x.shape
     mp = kn._round_up(m, _BM)
     p2 = max(kn._next_pow2(mp), 2)
@@ -229,7 +273,8 @@ def _grid_prep(x, y, in_game, interpret: bool):
     )  # fmt: skip
     kernel = functools.partial(
         _grid_prep_kernel, m=m, mp=mp, cell_agents=float(GRID_CELL_AGENTS),
-        max_cells=int(GRID_MAX_CELLS), interpret=interpret,
+        max_cells=int(GRID_MAX_CELLS), radix_bits=int(GRID_PREP_RADIX_BITS),
+        interpret=interpret,
     )  # fmt: skip
     outs = pl.pallas_call(
         kernel,

@@ -69,10 +69,13 @@ from environments.tag_continuous.step_kernel import _fence
 __all__ = [
     "DEFAULT_ELEMENTS",
     "DEFAULT_WARPS",
+    "PACKED_COUNTS",
     "RAW_PARAMS",
     "TABLE_ROW",
     "TABLE_STORE",
     "TABLE_STORE_FORMS",
+    "TAGGER_POSITIONS",
+    "TAGGER_POSITION_FORMS",
     "UNROLL_TAGGERS",
     "VectorStepOut",
     "key_data_for_uniforms",
@@ -122,6 +125,18 @@ UNROLL_TAGGERS = 16
 #: 32 bytes together) or ``"strided"`` (eight stores of one feature each, 32 bytes apart).
 TABLE_STORE = "tile"
 TABLE_STORE_FORMS = ("tile", "strided")
+#: How the tagging step gets each tagger's new position: ``"recompute"`` (each program
+#: steps its envs' taggers again as ``[E, 1]`` values, from the same loads and with the
+#: same operations as the tagger's own lane, so the same bits) or ``"reduce"`` (a masked
+#: max over the env's row, two row reductions per tagger: with one env of 1024 lanes per
+#: program, each is a reduction across 8 warps with two barriers).
+TAGGER_POSITIONS = "recompute"
+TAGGER_POSITION_FORMS = ("recompute", "reduce")
+#: With the taggers unrolled: the per-tagger tag counts and the runners left summed as
+#: bit fields of a few int32 row sums (``⌊31 / b⌋`` fields of ``b = bit_length(R)`` bits
+#: each: no field can overflow), instead of one row sum each; the tags are the counts'
+#: sum and the reward loop's bound their maximum, so no reductions of their own.
+PACKED_COUNTS = True
 #: Probe-only ablation (`experiments.benchmarks.vector_step_probe`): parts of the kernel
 #: left out to time the rest, giving wrong results: ``"tagging"`` (the nearest-tagger
 #: loop and the gains), ``"tables"`` (the action tables), ``"trig"`` (cos and sin).
@@ -245,70 +260,92 @@ def _vector_kernel(
     pr = 2 * jnp.minimum(pos, nr - 1)
     # each lane reads its own group's actions only (masked loads: 0 elsewhere)
     mt, mr = valid & is_t, valid & is_r
+    erow = lax.broadcasted_iota(jnp.int32, (be, 1), 0)
+    env1 = jnp.minimum(pl.program_id(0) * be + erow, n - 1)  # [E, 1]
 
     def act(col):
         a_t = pl_triton.load(at_ref.at[env * (2 * nt) + pt + col], mask=mt, other=0)
         a_r = pl_triton.load(ar_ref.at[env * (2 * nr) + pr + col], mask=mr, other=0)
         return jnp.where(is_t, a_t, a_r)
 
-    a_acc, a_turn = act(0), act(1)
-
-    def table(a, lo, hi, levels):
+    def table(a, lo, hi, levels, shp):
         """``action_values(lo, hi, levels)[a]``, as XLA gathers it (indices wrapped if
         negative, then clamped): 0 for the no-op, else ``(a−1)·step + lo`` with
         ``step = (hi − lo) / (levels − 1)`` rounded once each (no FMA), ``hi`` last."""
         a = jnp.where(a < 0, a + (levels + 1), a)
         a = jnp.minimum(jnp.maximum(a, 0), levels)
         if levels == 1:
-            val = jnp.broadcast_to(lo, shape)
+            val = jnp.broadcast_to(lo, shp)
         else:
             # ``+ lo·0``: a divisor XLA cannot see as a constant (interpret mode), as in
             # `env.action_values`; exact, so the same value on GPU.
             num, den = hi - lo, f32(levels - 1) + lo * fz
-            num, den = jnp.broadcast_to(num, shape), jnp.broadcast_to(den, shape)
+            num, den = jnp.broadcast_to(num, shp), jnp.broadcast_to(den, shp)
             step = num / den if interpret else _div_rn(num, den)  # (Triton's asm: tensors)
             val = _fence((a - 1).astype(f32) * step) + lo
             val = jnp.where(a == levels, hi, val)
         return jnp.where(a == 0, fz, val)
 
-    if "tables" in _ABLATE:
-        d_acc, d_turn = a_acc.astype(f32), a_turn.astype(f32)
-    else:
-        d_acc = table(a_acc, param("min_acceleration"), param("max_acceleration"), la)
-        d_turn = table(a_turn, param("min_turn"), param("max_turn"), lt)
+    def deltas(a_acc, a_turn, shp):
+        """The acceleration and turn of action indices ``a_acc, a_turn`` (shape ``shp``)."""
+        if "tables" in _ABLATE:
+            return a_acc.astype(f32), a_turn.astype(f32)
+        return (
+            table(a_acc, param("min_acceleration"), param("max_acceleration"), la, shp),
+            table(a_turn, param("min_turn"), param("max_turn"), lt, shp),
+        )
 
-    g = g_ref[flat]
-    gf = g.astype(f32)
     L = param("grid_length")
-    # 1-4: turn (jnp.mod), accelerate, cap the speed (jnp.clip), drop the acceleration.
     two_pi = f32(_TWO_PI)
-    r = lax.rem(th_ref[flat] + d_turn, two_pi)
-    plus = (r < fz) & (r != fz)  # jnp.mod's fix-up, for a positive divisor
-    theta_in = jnp.where(plus, r + two_pi, r)
-    theta = theta_in * gf
-    acc = a_ref[flat] + d_acc
-    skill = jnp.where(is_t, param("skill_level_tagger"), param("skill_level_runner"))
-    cap = param("max_speed") * skill
-    speed = jnp.minimum(cap, jnp.maximum(fz, v_ref[flat] + acc)) * gf
-    acc = acc * ((speed > fz) & (speed < cap)).astype(f32)
-    # 5: move (cos/sin of ``theta_in``: see `step_kernel`), clip into the square.
     cos, sin = (lambda v: v, lambda v: v) if "trig" in _ABLATE else (jnp.cos, jnp.sin)
-    x = x_ref[flat] + mul(speed, cos(theta_in))
-    y = y_ref[flat] + mul(speed, sin(theta_in))
-    crossed = ~((x >= fz) & (x <= L) & (y >= fz) & (y <= L))
-    x = jnp.minimum(L, jnp.maximum(fz, x))
-    y = jnp.minimum(L, jnp.maximum(fz, y))
+
+    def move(idx, d_acc, d_turn, g, skill):
+        """Spec steps 1-5 for the agents at flat indices ``idx``: ``(theta, speed, acc,
+        x, y, crossed)``. The lanes and the taggers' recomputation share it, so the
+        same operations in the same order give the same bits."""
+        gf = g.astype(f32)
+        # 1-4: turn (jnp.mod), accelerate, cap the speed (jnp.clip), drop the acceleration.
+        r = lax.rem(th_ref[idx] + d_turn, two_pi)
+        plus = (r < fz) & (r != fz)  # jnp.mod's fix-up, for a positive divisor
+        theta_in = jnp.where(plus, r + two_pi, r)
+        theta = theta_in * gf
+        acc = a_ref[idx] + d_acc
+        cap = param("max_speed") * skill
+        speed = jnp.minimum(cap, jnp.maximum(fz, v_ref[idx] + acc)) * gf
+        acc = acc * ((speed > fz) & (speed < cap)).astype(f32)
+        # 5: move (cos/sin of ``theta_in``: see `step_kernel`), clip into the square.
+        x = x_ref[idx] + mul(speed, cos(theta_in))
+        y = y_ref[idx] + mul(speed, sin(theta_in))
+        crossed = ~((x >= fz) & (x <= L) & (y >= fz) & (y <= L))
+        x = jnp.minimum(L, jnp.maximum(fz, x))
+        y = jnp.minimum(L, jnp.maximum(fz, y))
+        return theta, speed, acc, x, y, crossed
+
+    d_acc, d_turn = deltas(act(0), act(1), shape)
+    g = g_ref[flat]
+    skill = jnp.where(is_t, param("skill_level_tagger"), param("skill_level_runner"))
+    theta, speed, acc, x, y, crossed = move(flat, d_acc, d_turn, g, skill)
     # 6: edge penalty and step rewards.
     step_reward = jnp.where(is_t, param("step_penalty_for_tagger"), param("step_reward_for_runner"))
     reward = jnp.where(g, mul(param("edge_hit_penalty"), crossed.astype(f32)) + step_reward, fz)
 
-    # 7: tagging: each runner's nearest tagger (lowest index on ties); a tagger's new
-    # position is taken out of its env's row by a masked max (exact).
+    def tagger_xy(j, tid):
+        """``[E, 1]``: tagger ``j``'s (id ``tid``) new position in each env."""
+        if TAGGER_POSITIONS == "reduce":  # a masked max over the row (exact)
+            here = lane == tid
+            xt = jnp.max(jnp.where(here, x, -jnp.inf), axis=1, keepdims=True)
+            yt = jnp.max(jnp.where(here, y, -jnp.inf), axis=1, keepdims=True)
+            return xt, yt
+        idx = env1 * m + tid
+        base = env1 * (2 * nt) + 2 * j
+        dt_acc, dt_turn = deltas(at_ref[base], at_ref[base + 1], (be, 1))
+        skill_t = param("skill_level_tagger")
+        return move(idx, dt_acc, dt_turn, g_ref[idx], skill_t)[3:5]
+
+    # 7: tagging: each runner's nearest tagger (lowest index on ties).
     def nearest(j, tid, carry):
         bd, bj = carry
-        here = lane == tid
-        xt = jnp.max(jnp.where(here, x, -jnp.inf), axis=1, keepdims=True)  # [E, 1]
-        yt = jnp.max(jnp.where(here, y, -jnp.inf), axis=1, keepdims=True)
+        xt, yt = tagger_xy(j, tid)  # [E, 1]
         dx = x - xt
         dy = y - yt
         d = mul(dx, dx) + dy * dy
@@ -333,26 +370,55 @@ def _vector_kernel(
     tagged = is_r & g & valid & (jnp.sqrt(bd) < threshold)
     tag_f = tagged.astype(f32)
     gain_r = param("tag_reward_for_tagger")
-    c = jnp.zeros(shape, jnp.int32)
-    if "tagging" not in _ABLATE:
-        c = over_taggers(count, c)
+    in_game = g & ~tagged if exits else g
+    runner_in = in_game & is_r & valid
+    packed = PACKED_COUNTS and ids is not None and "tagging" not in _ABLATE
+    if packed:
+        # Bit fields: tagger j's count is field j, the runners left field nt; ``per``
+        # fields of ``bits`` bits in each int32 word (every field's total is <= R).
+        bits = max(1, nr.bit_length())
+        per = 31 // bits
+        mask_f = (1 << bits) - 1
+        words = []
+        for w in range(-(-(nt + 1) // per)):
+            sel = tagged & (bj >= w * per) & (bj < (w + 1) * per)
+            shift = bits * jnp.clip(bj - w * per, 0, per - 1)
+            v = jnp.where(sel, jnp.left_shift(jnp.int32(1), shift), 0)
+            if w == nt // per:
+                v = v + jnp.where(runner_in, 1 << (bits * (nt % per)), 0)
+            words.append(jnp.sum(v, axis=1, keepdims=True))  # [E, 1]
+
+        def field(f):
+            return jnp.right_shift(words[f // per], bits * (f % per)) & mask_f
+
+        counts = [field(j) for j in range(nt)]  # [E, 1] each
+        left = field(nt)
+        num_tags = functools.reduce(jnp.add, counts)
+        c = jnp.zeros(shape, jnp.int32)
+        for j, tid in enumerate(ids):
+            c = jnp.where(lane == tid, counts[j], c)
+        bound = jnp.max(functools.reduce(jnp.maximum, counts))
+    else:
+        c = jnp.zeros(shape, jnp.int32)
+        if "tagging" not in _ABLATE:
+            c = over_taggers(count, c)
+        left = jnp.sum(runner_in.astype(jnp.int32), axis=1, keepdims=True)  # [E, 1]
+        num_tags = jnp.sum(tagged.astype(jnp.int32), axis=1, keepdims=True)
+        bound = jnp.max(c)
 
     def add(i, s):
         return jnp.where(i < c, s + gain_r, s)
 
     # ``c`` sequential additions of the reward from +0 on each tagger's lane: what the
     # reference's segment_sum (a scatter-add of equal values, in any order) gives.
-    gain = lax.fori_loop(0, jnp.max(c), add, jnp.zeros(shape, f32))
+    gain = lax.fori_loop(0, bound, add, jnp.zeros(shape, f32))
     reward = reward + jnp.where(is_t, gain, tag_f * param("tag_penalty_for_runner"))
-    in_game = g & ~tagged if exits else g
     # 8: end-of-game reward; 9: done.
     t1 = t_ref[env] + 1  # [E, MP], equal along rows
     end = t1 == episode_length
     reward = reward + jnp.where(end & in_game & is_r, param("end_of_game_reward_for_runner"), fz)
-    left = jnp.sum((in_game & is_r & valid).astype(jnp.int32), axis=1, keepdims=True)  # [E, 1]
     done = (t1 >= episode_length) | (left == 0)  # [E, MP]
     terminated = (g & ~in_game) | (done & g)
-    num_tags = jnp.sum(tagged.astype(jnp.int32), axis=1, keepdims=True)
 
     if reset:  # the start state of `reset_env`, selected where the episode ended
         fresh = done & valid  # only the envs that reset read their uniforms
@@ -373,7 +439,12 @@ def _vector_kernel(
                 )
 
             zeros = jnp.zeros(shape, f32)
-            some = jnp.max(fresh.astype(jnp.int32)) > 0  # (Triton has no reduce_or)
+            if packed:  # from the [E, 1] per-env values: no reduction over the row
+                here = pl.program_id(0) * be + erow < n
+                done_e = (t_ref[env1] + 1 >= episode_length) | (left == 0)
+                some = jnp.max((done_e & here).astype(jnp.int32)) > 0
+            else:
+                some = jnp.max(fresh.astype(jnp.int32)) > 0  # (Triton has no reduce_or)
             u0, u1, u2 = lax.cond(some, draw, lambda _: (zeros,) * 3, None)
         else:
             u0, u1, u2 = (

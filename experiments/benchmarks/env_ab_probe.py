@@ -17,7 +17,8 @@ values), ``prep`` = `kernels.PREP_IMPL`, ``psort`` = `kernels.PREP_SORT`, ``psbi
 `kernels.PREP_SORT_BITS`, ``sblock`` = `kernels.SORTED_BLOCK_ROWS`, ``prepick`` =
 `kernels.SORTED_PREPICK`, ``lanetest`` = `kernels.SORTED_LANE_TEST`, ``order`` =
 `kernels.CHUNK_ORDER`, ``elements`` = `vector_step.DEFAULT_ELEMENTS`, ``warps`` =
-`vector_step.DEFAULT_WARPS`, ``table`` = `vector_step.TABLE_STORE`, ``draws`` =
+`vector_step.DEFAULT_WARPS`, ``table`` = `vector_step.TABLE_STORE`, ``tpos`` =
+`vector_step.TAGGER_POSITIONS`, ``tpacked`` = `vector_step.PACKED_COUNTS`, ``draws`` =
 `env.RESET_DRAWS_IN_KERNEL`, ``skip`` = `kernels.PACKED_SKIP_DISTINCT` as 1 or 0,
 ``pwarps`` = `kernels.PREP_WARPS`, ``gpbool`` = `grid_knn.GRID_PREP_BOOL`, ``glrows`` =
 `grid_knn.GRID_LANE_ROWS`, ``vtable`` = `env.VECTOR_TABLE`, ``wlayout`` =
@@ -94,6 +95,8 @@ SETTINGS = {
     "elements": (vector_step, "DEFAULT_ELEMENTS", "pow2"),  # batched step: per program
     "warps": (vector_step, "DEFAULT_WARPS", "pow2"),  # batched step: Triton warps
     "table": (vector_step, "TABLE_STORE", vector_step.TABLE_STORE_FORMS),  # its table store
+    "tpos": (vector_step, "TAGGER_POSITIONS", vector_step.TAGGER_POSITION_FORMS),  # taggers'
+    "tpacked": (vector_step, "PACKED_COUNTS", "bool"),  # batched step: bit-field row sums
     "draws": (tag_env, "RESET_DRAWS_IN_KERNEL", "bool"),  # batched step: reset's uniforms
     "skip": (kernels, "PACKED_SKIP_DISTINCT", "bool"),  # packed search: re-sort's skip
     "pwarps": (kernels, "PREP_WARPS", "pow2"),  # sorted search's preparation: Triton warps
@@ -107,6 +110,7 @@ SETTINGS = {
     "gstages": (grid_knn, "GRID_STAGES", "int"),  # grid search: Triton pipelining stages
     "gpwarps": (grid_knn, "GRID_PREP_WARPS", "pow2"),  # grid preparation: Triton warps
     "gpbool": (grid_knn, "GRID_PREP_BOOL", "bool"),  # grid preparation: bool in-game flags
+    "gradix": (grid_knn, "GRID_PREP_RADIX_BITS", "int"),  # grid preparation: bits per pass
     "glrows": (grid_knn, "GRID_LANE_ROWS", "bool"),  # grid search: per-lane row walk
     "vtable": (tag_env, "VECTOR_TABLE", "bool"),  # batched kernel: the writer's table
     "step": (None, "step_impl", ("auto", "xla", "pallas", "vector")),  # env's step_impl

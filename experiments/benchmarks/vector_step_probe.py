@@ -15,8 +15,9 @@ of ``--vs_k`` neighbours, the Pallas searches):
 2. **time**: the kernel alone, ``--vs_steps`` calls in a jitted scan carrying the state
    (fixed actions and reset uniforms; compile excluded, median of ``--vs_repeats``),
    for each ``--vs_variants`` entry (``default`` or ``setting=value/...`` with settings
-   ``elements``, ``warps``, ``table``, ``reset`` = 0/1, and ``ablate`` = parts left
-   out, ``+``-joined, for timing only: `vector_step._ABLATE`), beside ``xla``: the vmapped
+   ``elements``, ``warps``, ``table``, ``tpos``, ``tpacked`` = 0/1, ``reset`` = 0/1,
+   and ``ablate`` = parts left out, ``+``-joined, for timing only:
+   `vector_step._ABLATE`), beside ``xla``: the vmapped
    XLA step and reset-by-select that the kernel replaces (its observations unused, so
    XLA drops them). Each row gives µs per batch step and the rate at which the kernel's
    own bytes move (reads and writes, `bytes_moved`).
@@ -66,6 +67,8 @@ _SETTINGS = {
     "elements": ("DEFAULT_ELEMENTS", int),
     "warps": ("DEFAULT_WARPS", int),
     "table": ("TABLE_STORE", str),
+    "tpos": ("TAGGER_POSITIONS", str),
+    "tpacked": ("PACKED_COUNTS", lambda v: bool(int(v))),
     "reset": (None, int),
     "ablate": ("_ABLATE", lambda v: frozenset(v.split("+"))),  # e.g. ablate=tagging+trig
 }

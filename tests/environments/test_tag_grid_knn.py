@@ -109,6 +109,53 @@ def test_grid_settings_keep_results(monkeypatch, cell_agents, target):
     assert_same(idx, valid, ref_idx, ref_valid, f"cells {cell_agents} target {target}")
 
 
+def _radix_sort(keys: np.ndarray, radix, lo: int, nbits: int):
+    """``radix`` (a radix-pass function) in a one-program interpret-mode kernel:
+    ``(returned, bufs[1])``."""
+    from jax.experimental import pallas as pl
+
+    def kernel(k_ref, o_ref, b0, b1):
+        o_ref[...] = radix(k_ref[...], (b0, b1), lo, nbits, interpret=True)
+
+    sds = jax.ShapeDtypeStruct(keys.shape, np.int32)
+    out, _, b1 = pl.pallas_call(kernel, out_shape=(sds, sds, sds), interpret=True)(keys)
+    return np.asarray(out), np.asarray(b1)
+
+
+@pytest.mark.parametrize(
+    ("case", "p2"),
+    [("random", 64), ("random", 1024), ("all twos", 1024), ("one key", 256), ("threes", 32)],
+)
+def test_two_bit_radix_passes_sort_stably(case, p2):
+    """`grid_knn._radix_passes_2bit` gives the 1-bit passes' order (a stable sort by the
+    10 cell bits above the ids, shuffled here), in ``bufs[1]`` too; "all twos" at 1024 lanes
+    overflows the digit-2 field of the totals in every pass (harmless, see there)."""
+    rng = np.random.default_rng(p2)
+    id_bits = (p2 - 1).bit_length()
+    cells = {
+        "random": rng.integers(0, 1024, p2),
+        "all twos": np.full(p2, 0b1010101010),
+        "one key": np.full(p2, 517),
+        "threes": np.where(rng.random(p2) < 0.5, 1023, rng.integers(0, 1024, p2)),
+    }[case]
+    keys = ((cells.astype(np.int64) << id_bits) | rng.permutation(p2)).astype(np.int32)
+    want = keys[np.argsort(cells, kind="stable")]  # ids in input order within a key
+    for radix in (grid_knn._radix_passes_2bit, kernels._radix_passes):
+        out, b1 = _radix_sort(keys, radix, id_bits, 10)
+        np.testing.assert_array_equal(out, want, err_msg=f"{radix.__name__} {case}")
+        np.testing.assert_array_equal(b1, want, err_msg=f"{radix.__name__} {case} bufs[1]")
+
+
+def test_grid_one_bit_radix_matches_reference(monkeypatch):
+    """`grid_knn.GRID_PREP_RADIX_BITS = 1` (ten one-bit passes): the same lists."""
+    monkeypatch.setattr(grid_knn, "GRID_PREP_RADIX_BITS", 1)
+    x, y, g = make_states(90, KINDS, seed=4)
+    ref_idx, ref_valid = map(np.asarray, _reference(5)(x, y, g))
+    fn = jax.jit(lambda a, b, c: grid_knn.nearest_k_grid_batched(a, b, c, 5))
+    idx, valid = map(np.asarray, fn(x, y, g))
+    assert_same(idx, valid, ref_idx, ref_valid, "one-bit radix passes")
+
+
 @pytest.fixture(scope="module")
 def tag_states():
     """Tag states (5 taggers + 251 runners, WarpDrive's config) after 0 and 60 random

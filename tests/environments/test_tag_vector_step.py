@@ -106,6 +106,30 @@ def test_rollout_with_tags_and_resets() -> None:
     assert_bitwise(got, ref, "rollout")
 
 
+@pytest.mark.parametrize(
+    ("positions", "packed"),
+    [("recompute", True), ("reduce", False)],
+)
+def test_tagging_forms(positions: str, packed: bool, monkeypatch) -> None:
+    """`vector_step.TAGGER_POSITIONS` and `PACKED_COUNTS`: the same bits as the XLA step.
+    12 taggers and 200 runners: 8-bit fields, 3 to a word, so the 12 counts and the
+    runners left take 5 words; a tagging distance that gives taggers several tags."""
+    monkeypatch.setattr(vector_step, "TAGGER_POSITIONS", positions)
+    monkeypatch.setattr(vector_step, "PACKED_COUNTS", packed)
+    ref_env, env = _pair(
+        num_taggers=12, num_runners=200, num_other_agents_observed=3, episode_length=4
+    )
+    p = env.make_params(grid_length=2.0, tagging_distance=0.08, tag_reward_for_tagger=0.1)
+    key = jax.random.key(7)
+    kw = {"num_envs": 3, "num_steps": 5}
+    ref = jaxdrive.rollout(ref_env, jaxdrive.random_policy(ref_env), key, p, **kw)
+    got = jaxdrive.rollout(env, jaxdrive.random_policy(env), key, p, **kw)
+    tags = np.asarray(ref.timesteps.extras["num_tags"])
+    assert tags.max() >= 12, tags
+    assert np.any(np.asarray(ref.timesteps.reward["tagger"]) > 0.15)  # a count >= 2
+    assert_bitwise(got, ref, f"positions={positions} packed={packed}")
+
+
 def test_many_taggers_loop_form() -> None:
     """More taggers than `vector_step.UNROLL_TAGGERS`: the tagger loops run as
     `lax.fori_loop` over a table of ids."""
