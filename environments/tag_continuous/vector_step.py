@@ -69,6 +69,7 @@ from environments.tag_continuous.step_kernel import _fence
 __all__ = [
     "DEFAULT_ELEMENTS",
     "DEFAULT_WARPS",
+    "LARGE_PROGRAM_WARPS",
     "PACKED_COUNTS",
     "RAW_PARAMS",
     "TABLE_ROW",
@@ -114,10 +115,15 @@ TABLE_ROW = 8
 #: (H200, 1000 × (10+100), the kernel alone in a scan: 256 elements with two warps
 #: 18.3 µs per step, 128 with one 20.9 µs; `experiments/benchmarks/NOTES.md`).
 DEFAULT_ELEMENTS = 256
-#: Default Triton warps per program (``None``: one per 128 elements, at most 8). H200,
+#: Default Triton warps per program (``None``: one per 128 elements, at most 8, and
+#: `LARGE_PROGRAM_WARPS` from 1024 elements). H200,
 #: 2000 × (5+995), one env of 1024 lanes per program: 4 warps 160 registers per thread
 #: and 80 µs per step, 8 warps 110 and 73.5 µs (2026-11-24 run 40).
 DEFAULT_WARPS: int | None = None
+#: Warps of a program of ``E·MP >= 1024`` elements when `DEFAULT_WARPS` is ``None``:
+#: H200, 2000 × (5+995) in the env: 16 warps 64 registers, 50% occupancy, 86.7 µs per
+#: step; 8 warps 126 registers, 25%, 90.3 µs (2026-11-25 run 78).
+LARGE_PROGRAM_WARPS = 16
 #: Taggers up to this many are looped over statically (unrolled: the per-tagger row
 #: reductions overlap); more go through a `lax.fori_loop` over a table of their ids.
 UNROLL_TAGGERS = 16
@@ -125,12 +131,14 @@ UNROLL_TAGGERS = 16
 #: 32 bytes together) or ``"strided"`` (eight stores of one feature each, 32 bytes apart).
 TABLE_STORE = "tile"
 TABLE_STORE_FORMS = ("tile", "strided")
-#: How the tagging step gets each tagger's new position: ``"recompute"`` (each program
-#: steps its envs' taggers again as ``[E, 1]`` values, from the same loads and with the
-#: same operations as the tagger's own lane, so the same bits) or ``"reduce"`` (a masked
-#: max over the env's row, two row reductions per tagger: with one env of 1024 lanes per
-#: program, each is a reduction across 8 warps with two barriers).
-TAGGER_POSITIONS = "recompute"
+#: How the tagging step gets each tagger's new position: ``"reduce"`` (a masked max over
+#: the env's row, two row reductions per tagger) or ``"recompute"`` (each program steps
+#: its envs' taggers again as ``[E, 1]`` values, from the same loads and with the same
+#: operations as the tagger's own lane, so the same bits; every thread computes them).
+#: H200, the kernel in the env at 2000 × (5+995), 16 warps: 83.6 µs (reduce) and 86.7
+#: (recompute); at 1000 × (10+100) recomputing ten taggers in programs of 256 elements
+#: cost about 10% of the step (2026-11-25 runs 78-79).
+TAGGER_POSITIONS = "reduce"
 TAGGER_POSITION_FORMS = ("recompute", "reduce")
 #: With the taggers unrolled: the per-tagger tag counts and the runners left summed as
 #: bit fields of a few int32 row sums (``⌊31 / b⌋`` fields of ``b = bit_length(R)`` bits
@@ -603,7 +611,8 @@ def tag_vector_step(
         the new state (`knn_obs._agent_major`'s layout).
       fence_products: stop FMA contraction of the step's product-plus-sum forms.
       envs_per_program: ``E`` (power of two; default ``max(1, DEFAULT_ELEMENTS // MP)``).
-      num_warps: Triton warps (default `DEFAULT_WARPS`, or ``max(1, min(8, E·MP // 128))``).
+      num_warps: Triton warps (default `DEFAULT_WARPS`, or `LARGE_PROGRAM_WARPS` for
+        programs of ``E·MP >= 1024`` elements, else ``max(1, min(8, E·MP // 128))``).
       interpret: Pallas interpret mode; ``None``: when the default backend is the CPU.
 
     Returns:
@@ -673,7 +682,12 @@ def tag_vector_step(
     be = min(be, _next_pow2(n))
     if num_warps is None:
         num_warps = DEFAULT_WARPS
-    warps = max(1, min(8, be * mp // 128)) if num_warps is None else int(num_warps)
+    if num_warps is not None:
+        warps = int(num_warps)
+    elif be * mp >= 1024:
+        warps = LARGE_PROGRAM_WARPS
+    else:
+        warps = max(1, min(8, be * mp // 128))
     interpret = jax.default_backend() == "cpu" if interpret is None else bool(interpret)
     kind = np.zeros(m, np.int32)
     kind[list(ids)] = 1

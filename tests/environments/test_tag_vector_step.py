@@ -108,7 +108,7 @@ def test_rollout_with_tags_and_resets() -> None:
 
 @pytest.mark.parametrize(
     ("positions", "packed"),
-    [("recompute", True), ("reduce", False)],
+    [("reduce", True), ("recompute", False)],
 )
 def test_tagging_forms(positions: str, packed: bool, monkeypatch) -> None:
     """`vector_step.TAGGER_POSITIONS` and `PACKED_COUNTS`: the same bits as the XLA step.
