@@ -137,7 +137,7 @@ TABLE_STORE_FORMS = ("tile", "strided")
 #: operations as the tagger's own lane, so the same bits; every thread computes them).
 #: H200, the kernel in the env at 2000 × (5+995), 16 warps: 83.6 µs (reduce) and 86.7
 #: (recompute); at 1000 × (10+100) recomputing ten taggers in programs of 256 elements
-#: cost about 10% of the step (2026-11-25 runs 78-79).
+#: made the step 8% slower (2026-11-25 runs 79-80).
 TAGGER_POSITIONS = "reduce"
 TAGGER_POSITION_FORMS = ("recompute", "reduce")
 #: With the taggers unrolled: the per-tagger tag counts and the runners left summed as
