@@ -12,10 +12,11 @@ Preparation (`_grid_prep_kernel`, one program per env): the in-game agents' boun
 square is cut into ``G × G`` cells, ``G = round(sqrt(n_in / GRID_CELL_AGENTS))`` capped
 at `GRID_MAX_CELLS` (31), so about 1.5 in-game agents per cell whatever the number still
 in the game. Every agent gets the key ``cy·32 + cx`` (in the game) or 1023 (out), and
-the keys are radix-sorted with the agent id as tie-break (`kernels._radix_passes`): the
-in-game agents come first, row by row of cells, so **each row of a window of cells is one
-contiguous run of candidates**. The program writes the sorted positions, the original
-ids, the cell starts ``cs[c]`` (agents with a key below ``c``, by binary search) and a
+the keys are radix-sorted with the agent id as tie-break (`_radix_passes_2bit`, two key
+bits per pass; `GRID_PREP_RADIX_BITS`): the in-game agents come first, row by row of
+cells, so **each row of a window of cells is one contiguous run of candidates**. The
+program writes the sorted positions, the original ids, the cell starts ``cs[c]`` (agents
+with a key below ``c``, by binary search) and a
 summed-area table of the in-game counts per cell (a rectangle's count in four loads).
 
 Search (`_grid_knn_kernel`, one program per env and block of 32 sorted queries, one
