@@ -55,12 +55,6 @@ RESET_DRAWS_IN_KERNEL = True
 #: per step reading 56 MB and writing 64 MB). ``False``: the XLA table (the A/B probes'
 #: setting ``vtable``).
 VECTOR_TABLE = True
-#: ``step_impl="vector"`` with the grid search (``queries="in_game"``) and the column-tile
-#: writer: the search and the largest group's writer share launches, pipelined over this
-#: many chunks of envs (`grid_observe.search_and_observe`; same lists and observations);
-#: ``0``: separate kernels, the search then the writers (the A/B probes' setting
-#: ``shared``).
-SHARED_SEARCH_CHUNKS = 4
 
 
 @struct.dataclass
@@ -598,78 +592,15 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
             kw["interpret"] = jax.default_backend() != "gpu"
             kw["lists_in_game"] = bool(lists_in_game) and valid is None
             kw.update(options)
-        scale = self._obs_scale(params)
-        if time is None:
-            time = state.t.astype(jnp.float32) / jnp.float32(self.episode_length)
-        feats = self._features(state)  # [7, M]
-        return knn_obs.knn_obs(form, feats, idx, valid, rows, scale, state.in_game, time, **kw)
-
-    def _obs_scale(self, params: TagContinuousParams) -> jax.Array:
-        """``[7]`` float32: the observation features' divisors (diagonal, speed, 2π, 1)."""
         p = self._f32(params)
         diag = p.grid_length * _SQRT2
         ms = p.max_speed + _EPS
         one = jnp.float32(1.0)
-        return jnp.stack([diag, diag, ms, ms, jnp.float32(_TWO_PI), one, one])
-
-    def _shared_group(self) -> str | None:
-        """The group whose observation writer shares launches with the grid search
-        (`SHARED_SEARCH_CHUNKS`), or ``None`` where that path does not apply: it needs
-        the Pallas grid search with in-game queries, the column-tile writer with its
-        in-game lists, and contiguous group ids; the group is the largest."""
-        if not SHARED_SEARCH_CHUNKS or self.use_full_observation:
-            return None
-        search, _ = self._search_module()
-        m = self.num_agents_total
-        if (
-            search is neighbors
-            or self._resolved_knn_obs_impl() != "pallas"
-            or knn_obs.LAYOUT != "cols"
-            or not self._lists_in_game(None)
-            or search._resolve_method(None, m) != "grid"
-        ):
-            return None
-        ids, contiguous = self._group_rows()
-        return max(ids, key=lambda g: len(ids[g])) if contiguous else None
-
-    def _observe_shared(
-        self,
-        state: TagState,
-        params: TagContinuousParams,
-        table: jax.Array,
-        time: jax.Array,
-        group: str,
-    ) -> dict[str, jax.Array]:
-        """A batch's observations (``state`` ``[N, ...]``, ``table [N, 8M]``, ``time
-        [N]``) as `_observe_nearest` builds them, with the search and ``group``'s writer
-        sharing launches (`grid_observe.search_and_observe`); the other groups by
-        `_observe_knn` from the same lists."""
-        from environments.tag_continuous import grid_observe
-
-        _, kw = self._search_module()
-        ids, _ = self._group_rows()
-        rows = ids[group]
-        constant = _concrete(params.grid_length) and _concrete(params.max_speed)
-        lists, obs = grid_observe.search_and_observe(
-            state.x, state.y, state.in_game, table, time, self._obs_scale(params),
-            self.num_other_agents_observed, lo=rows[0], n=len(rows),
-            reciprocal=full_obs.reference_uses_reciprocal(constant),
-            chunks=min(int(SHARED_SEARCH_CHUNKS), state.x.shape[0]),
-            interpret=kw.get("interpret"),
-        )  # fmt: skip
-        out = {}
-        for g, i in ids.items():
-            if g == group:
-                out[g] = obs
-                continue
-
-            def other(st, lst, tb, tm, i=i):
-                return self._observe_knn(
-                    st, params, i, lst, None, time=tm, table=tb, lists_in_game=True
-                )
-
-            out[g] = jax.vmap(other)(state, lists, table, time)
-        return out
+        scale = jnp.stack([diag, diag, ms, ms, jnp.float32(_TWO_PI), one, one])  # [7]
+        if time is None:
+            time = state.t.astype(jnp.float32) / jnp.float32(self.episode_length)
+        feats = self._features(state)  # [7, M]
+        return knn_obs.knn_obs(form, feats, idx, valid, rows, scale, state.in_game, time, **kw)
 
     def _observe_knn_groups(
         self,
@@ -1047,8 +978,6 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         )  # fmt: skip
         if padding is None and out.table is None:
             obs = jax.vmap(self.observations, in_axes=(0, None))(new, params)
-        elif padding is None and self._shared_group() is not None:
-            obs = self._observe_shared(new, params, out.table, out.time, self._shared_group())
         elif padding is None:  # as `observations` builds them, with the kernel's table
 
             def observe_table(state, table, time):

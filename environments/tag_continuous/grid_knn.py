@@ -294,7 +294,6 @@ def _grid_prep(x, y, in_game, interpret: bool):
 def _grid_knn_kernel(
     prm_ref, cs_ref, sat_ref, xc_ref, yc_ref, oc_ref, x_ref, y_ref, *out_refs,
     k, m, mp, unroll, target, in_game_only, key_bits, stats, position_keys, lane_rows,
-    block=None,
 ):  # fmt: skip
     """One env, 32 consecutive sorted queries (one per lane): see the module doc.
 
@@ -302,10 +301,9 @@ def _grid_knn_kernel(
     ``x, y [M]`` (positions by id, for the exact re-sort with id keys). Writes each
     query's list of ids (``-1`` = none) at its row of the env's row-major ``out [M·k]``
     and, with ``stats``, ``trips [32]`` (candidate loads per lane, every lane the same:
-    the block's cost). ``block``: the block of queries (default ``pl.program_id(1)``; a
-    shared launch, `grid_observe`, passes its own).
+    the block's cost).
     """
-    b = pl.program_id(1) if block is None else block
+    b = pl.program_id(1)
     p = b * _BM + lax.broadcasted_iota(jnp.int32, (_BM,), 0)  # sorted positions
     x0, y0, s = prm_ref[0], prm_ref[1], prm_ref[2]
     cells_f = prm_ref[3]

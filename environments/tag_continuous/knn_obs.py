@@ -423,7 +423,7 @@ def _column_pieces(d: int) -> tuple[tuple[int, int], ...]:
 
 def _knn_obs_cols_kernel(
     table_ref, code_ref, scale_ref, time_ref, *refs, m, k, n, lo, rows, reciprocal, raw,
-    in_game_lists, interpret, program=None,
+    in_game_lists, interpret,
 ):  # fmt: skip
     """``R`` whole rows of one env's ``[n, D]`` observations (`LAYOUT` ``"cols"``).
 
@@ -432,8 +432,7 @@ def _knn_obs_cols_kernel(
     feature ``f``, slot ``s``, scale and relative-feature select are ``[1, W]`` (once per
     thread), the observer's id and row offsets ``[R, 1]``, and per element one neighbour
     code, two table gathers (neighbour, observer) and one store. The time column (``f =
-    7``) reads the in-game column (``own = g[i]``) and takes ``time · g[i]``. ``program``:
-    which ``R`` rows (default ``pl.program_id(0)``; a shared launch passes its own).
+    7``) reads the in-game column (``own = g[i]``) and takes ``time · g[i]``.
     """
     if lo is None:
         ids_ref, out_ref = refs
@@ -441,7 +440,7 @@ def _knn_obs_cols_kernel(
         (out_ref,) = refs
     d = obs_size(k)
     rl = lax.broadcasted_iota(jnp.int32, (rows, 1), 0)  # [R, 1] the program's rows
-    r = (pl.program_id(0) if program is None else program) * rows + rl
+    r = pl.program_id(0) * rows + rl
     rin = r < n
     rc = jnp.minimum(r, n - 1)
     i = ids_ref[rc] if lo is None else rc + lo  # [R, 1] observing agents

@@ -21,8 +21,7 @@ values), ``prep`` = `kernels.PREP_IMPL`, ``psort`` = `kernels.PREP_SORT`, ``psbi
 `vector_step.TAGGER_POSITIONS`, ``tpacked`` = `vector_step.PACKED_COUNTS`, ``draws`` =
 `env.RESET_DRAWS_IN_KERNEL`, ``skip`` = `kernels.PACKED_SKIP_DISTINCT` as 1 or 0,
 ``pwarps`` = `kernels.PREP_WARPS`, ``gpbool`` = `grid_knn.GRID_PREP_BOOL`, ``glrows`` =
-`grid_knn.GRID_LANE_ROWS`, ``vtable`` = `env.VECTOR_TABLE`, ``shared`` =
-`env.SHARED_SEARCH_CHUNKS` (0: off), ``wlayout`` =
+`grid_knn.GRID_LANE_ROWS`, ``vtable`` = `env.VECTOR_TABLE`, ``wlayout`` =
 `knn_obs.LAYOUT`, ``wrows`` = `knn_obs.COLS_ROWS`, ``wevict`` / ``tevict`` =
 `knn_obs.STORE_EVICTION` / `knn_obs.TABLE_EVICTION` (``none`` for None) (the grid's
 settings ``g…`` are listed in `SETTINGS`), and the probe-only ablation ``fallback`` =
@@ -68,7 +67,7 @@ FLAGS = flags.FLAGS
 
 #: Settings a variant may change: ``name -> (module, attribute, kind)``; each is a module
 #: default read when the env is traced (kind "pow2": a power of two >= 1; "float": a number
-#: > 0; "int": an integer >= 1; "int0": an integer >= 0; "bool": 1 or 0).
+#: > 0; "int": an integer >= 1; "bool": 1 or 0).
 SETTINGS = {
     "chunk": (kernels, "CHUNK_SIZE", "pow2"),  # sorted search: candidates per chunk
     "unroll": (kernels, "BRUTE_UNROLL", "pow2"),  # brute-force search: unroll
@@ -114,7 +113,6 @@ SETTINGS = {
     "gradix": (grid_knn, "GRID_PREP_RADIX_BITS", "int"),  # grid preparation: bits per pass
     "glrows": (grid_knn, "GRID_LANE_ROWS", "bool"),  # grid search: per-lane row walk
     "vtable": (tag_env, "VECTOR_TABLE", "bool"),  # batched kernel: the writer's table
-    "shared": (tag_env, "SHARED_SEARCH_CHUNKS", "int0"),  # search + writer launches, 0: off
     "step": (None, "step_impl", ("auto", "xla", "pallas", "vector")),  # env's step_impl
     "fold": (None, "fold", ("1", "0")),  # the harness's output folds
 }
@@ -169,10 +167,6 @@ def parse_variant(text: str) -> Variant:
         elif kind == "int":
             if not re.fullmatch(r"\d+", value) or int(value) < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r} in {text!r}")
-            settings.append((name, int(value)))
-        elif kind == "int0":
-            if not re.fullmatch(r"\d+", value):
-                raise ValueError(f"{name} must be an integer >= 0, got {value!r} in {text!r}")
             settings.append((name, int(value)))
         elif kind == "pow2":
             if not re.fullmatch(r"\d+", value) or int(value) < 1 or int(value) & (int(value) - 1):
