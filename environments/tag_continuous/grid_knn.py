@@ -16,8 +16,9 @@ the keys are radix-sorted with the agent id as tie-break (`_radix_passes_2bit`, 
 bits per pass; `GRID_PREP_RADIX_BITS`): the in-game agents come first, row by row of
 cells, so **each row of a window of cells is one contiguous run of candidates**. The
 program writes the sorted positions, the original ids, the cell starts ``cs[c]`` (agents
-with a key below ``c``, by binary search) and a
-summed-area table of the in-game counts per cell (a rectangle's count in four loads).
+with a key below ``c``, by binary search or from the runs of equal keys:
+`GRID_PREP_CELL_STARTS`) and a summed-area table of the in-game counts per cell (a
+rectangle's count in four loads).
 
 Search (`_grid_knn_kernel`, one program per env and block of 32 sorted queries, one
 query per lane, as the other kernels):
@@ -79,6 +80,8 @@ __all__ = [
     "GRID_MAX_CELLS",
     "GRID_POSITION_KEYS",
     "GRID_PREP_BOOL",
+    "GRID_PREP_CELL_STARTS",
+    "GRID_PREP_CELL_STARTS_FORMS",
     "GRID_PREP_RADIX_BITS",
     "GRID_PREP_WARPS",
     "GRID_QUERIES",
@@ -123,6 +126,15 @@ GRID_PREP_BOOL = True
 #: passes, each a row scan, a row sum, a scatter and a barrier) or 2 (`_radix_passes_2bit`:
 #: five passes, the three digits' counts packed in one int32 scan and one sum).
 GRID_PREP_RADIX_BITS = 2
+#: How the preparation finds the cell starts ``cs``: ``"search"`` (1024 lower-bound binary
+#: searches in the sorted keys, ten dependent loads each) or ``"runs"`` (`_cell_starts_runs`:
+#: each run of equal keys marks its start and end in two ``[1024]`` tables, and ``cs`` is
+#: the exclusive cumulative sum of the run lengths: two neighbour loads, two scatters and
+#: one scan). Same values. H200 ncu (2026-11-26 run 85): the binary searches hold 39% of
+#: the preparation's warp stall samples (≈ 19 of its 50 µs); ``"runs"`` is predicted
+#: at ≈ 5 µs. Not yet measured on a GPU, so off.
+GRID_PREP_CELL_STARTS = "search"
+GRID_PREP_CELL_STARTS_FORMS = ("search", "runs")
 #: Triton pipelining stages of the search kernel's loops (``None``: Triton's default).
 #: H200: 1, 2 and the default give the same kernel, 323.6 µs (2026-11-24 run 52).
 GRID_STAGES: int | None = None
@@ -178,9 +190,40 @@ def _radix_passes_2bit(packed, bufs, lo: int, nbits: int, *, interpret: bool):
     return packed
 
 
+def _cell_starts_runs(packed, buf1, cs_ref, sat_ref, id_bits: int, *, interpret: bool):
+    """The cell starts ``cs [1024]`` (sorted agents with a key below ``c``) from the sorted
+    packed keys (``packed [P]``: lane ``p``'s, and in ``buf1``, visible to every lane),
+    without a search: lane ``p`` compares its key with its neighbours' and, where a run
+    of equal keys starts (ends), writes ``p`` (``p + 1``) at the key's entry of a zeroed
+    table; a key's run length is then ``end − start`` (0 for a key no agent has), and
+    ``cs`` is their exclusive cumulative sum. ``cs_ref`` and ``sat_ref [1024]`` serve as
+    the two tables (the summed-area table is written after). Returns ``cs [1024]``."""
+    p2 = packed.shape[0]
+    p = lax.broadcasted_iota(jnp.int32, (p2,), 0)
+    key = packed >> id_bits
+    prev = jnp.where(p > 0, buf1[jnp.maximum(p - 1, 0)] >> id_bits, -1)
+    nxt = jnp.where(p < p2 - 1, buf1[jnp.minimum(p + 1, p2 - 1)] >> id_bits, _TABLE)
+    c = lax.broadcasted_iota(jnp.int32, (_TABLE,), 0)
+    zero = jnp.zeros((_TABLE,), jnp.int32)
+    pl_triton.store(cs_ref.at[c], zero)
+    pl_triton.store(sat_ref.at[c], zero)
+    if not interpret:
+        pl_triton.debug_barrier()
+    starts, ends = key != prev, key != nxt
+    # masked lanes: distinct indices past the tables' end (interpret mode drops them)
+    pl_triton.store(sat_ref.at[jnp.where(starts, key, _TABLE + p)], p, mask=starts)
+    pl_triton.store(cs_ref.at[jnp.where(ends, key, _TABLE + p)], p + 1, mask=ends)
+    if not interpret:
+        pl_triton.debug_barrier()
+    length = cs_ref[c] - sat_ref[c]  # [1024]: agents with key c
+    if not interpret:
+        pl_triton.debug_barrier()  # every lane has read the tables before cs overwrites
+    return jnp.cumsum(length) - length
+
+
 def _grid_prep_kernel(
     x_ref, y_ref, g_ref, xc_ref, yc_ref, oc_ref, cs_ref, sat_ref, prm_ref, buf0, buf1,
-    *, m, mp, cell_agents, max_cells, radix_bits, interpret,
+    *, m, mp, cell_agents, max_cells, radix_bits, cell_starts, interpret,
 ):  # fmt: skip
     """One env: cells, the sort, the tables.
 
@@ -231,16 +274,19 @@ def _grid_prep_kernel(
     pl_triton.store(xc_ref.at[at], jnp.where(ok, x_ref[agent], 0.0), mask=inside)
     pl_triton.store(yc_ref.at[at], jnp.where(ok, y_ref[agent], 0.0), mask=inside)
     pl_triton.store(oc_ref.at[at], jnp.where(ok, sid, m), mask=inside)
-    # Cell starts: a lower-bound binary search of c << id_bits in the sorted keys (buf1,
-    # complete and visible after the last pass's barrier).
     c = lax.broadcasted_iota(jnp.int32, (_TABLE,), 0)
-    target = c << id_bits
-    lo = jnp.zeros((_TABLE,), jnp.int32)
-    step = p2 // 2
-    while step >= 1:  # static: log2(P) steps
-        lo = jnp.where(buf1[lo + (step - 1)] < target, lo + step, lo)
-        step //= 2
-    lo = jnp.where(buf1[lo] < target, lo + 1, lo)
+    if cell_starts == "runs":
+        lo = _cell_starts_runs(packed, buf1, cs_ref, sat_ref, id_bits, interpret=interpret)
+    else:
+        # A lower-bound binary search of c << id_bits in the sorted keys (buf1, complete
+        # and visible after the last pass's barrier).
+        target = c << id_bits
+        lo = jnp.zeros((_TABLE,), jnp.int32)
+        step = p2 // 2
+        while step >= 1:  # static: log2(P) steps
+            lo = jnp.where(buf1[lo + (step - 1)] < target, lo + step, lo)
+            step //= 2
+        lo = jnp.where(buf1[lo] < target, lo + 1, lo)
     pl_triton.store(cs_ref.at[c], lo)
     if not interpret:
         pl_triton.debug_barrier()
@@ -261,6 +307,11 @@ def _grid_prep(x, y, in_game, interpret: bool):
     """`_grid_prep_kernel` over ``N`` envs: ``(xc, yc, oc, cs, sat, prm)``."""
     if GRID_PREP_RADIX_BITS not in (1, 2):
         raise ValueError(f"GRID_PREP_RADIX_BITS must be 1 or 2, got {GRID_PREP_RADIX_BITS!r}")
+    if GRID_PREP_CELL_STARTS not in GRID_PREP_CELL_STARTS_FORMS:
+        raise ValueError(
+            f"GRID_PREP_CELL_STARTS must be one of {GRID_PREP_CELL_STARTS_FORMS}, "
+            f"got {GRID_PREP_CELL_STARTS!r}"
+        )
     n, m = x.shape
     mp = kn._round_up(m, _BM)
     p2 = max(kn._next_pow2(mp), 2)
@@ -275,6 +326,7 @@ def _grid_prep(x, y, in_game, interpret: bool):
     kernel = functools.partial(
         _grid_prep_kernel, m=m, mp=mp, cell_agents=float(GRID_CELL_AGENTS),
         max_cells=int(GRID_MAX_CELLS), radix_bits=int(GRID_PREP_RADIX_BITS),
+        cell_starts=GRID_PREP_CELL_STARTS,
         interpret=interpret,
     )  # fmt: skip
     outs = pl.pallas_call(

@@ -111,6 +111,7 @@ SETTINGS = {
     "gpwarps": (grid_knn, "GRID_PREP_WARPS", "pow2"),  # grid preparation: Triton warps
     "gpbool": (grid_knn, "GRID_PREP_BOOL", "bool"),  # grid preparation: bool in-game flags
     "gradix": (grid_knn, "GRID_PREP_RADIX_BITS", "int"),  # grid preparation: bits per pass
+    "gstarts": (grid_knn, "GRID_PREP_CELL_STARTS", grid_knn.GRID_PREP_CELL_STARTS_FORMS),
     "glrows": (grid_knn, "GRID_LANE_ROWS", "bool"),  # grid search: per-lane row walk
     "vtable": (tag_env, "VECTOR_TABLE", "bool"),  # batched kernel: the writer's table
     "step": (None, "step_impl", ("auto", "xla", "pallas", "vector")),  # env's step_impl

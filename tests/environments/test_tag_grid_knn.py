@@ -146,6 +146,59 @@ def test_two_bit_radix_passes_sort_stably(case, p2):
         np.testing.assert_array_equal(b1, want, err_msg=f"{radix.__name__} {case} bufs[1]")
 
 
+def _run_starts(packed: np.ndarray, id_bits: int) -> np.ndarray:
+    """`grid_knn._cell_starts_runs` on sorted ``packed`` keys in a one-program
+    interpret-mode kernel: ``cs [1024]``."""
+    from jax.experimental import pallas as pl
+
+    def kernel(k_ref, cs_ref, sat_ref, out_ref):
+        out_ref[...] = grid_knn._cell_starts_runs(
+            k_ref[...], k_ref, cs_ref, sat_ref, id_bits, interpret=True
+        )
+
+    t = jax.ShapeDtypeStruct((1024,), np.int32)
+    *_, cs = pl.pallas_call(kernel, out_shape=(t, t, t), interpret=True)(packed)
+    return np.asarray(cs)
+
+
+@pytest.mark.parametrize(
+    ("case", "p2"),
+    [("random", 1024), ("random", 64), ("distinct", 512), ("one key", 256), ("none in", 32)],
+)
+def test_cell_starts_from_runs_equal_lower_bounds(case, p2):
+    """`grid_knn._cell_starts_runs` (`GRID_PREP_CELL_STARTS = "runs"`) gives every cell's
+    lower bound in the sorted keys, as the binary search does (NumPy's searchsorted here):
+    random keys with many 1023s, every key distinct (no 1023: the last run ends at the
+    last lane), one key everywhere, every agent out of the game."""
+    rng = np.random.default_rng(p2 + len(case))
+    id_bits = (p2 - 1).bit_length()
+    cells = {
+        "random": np.where(rng.random(p2) < 0.3, 1023, rng.integers(0, 1023, p2)),
+        "distinct": rng.permutation(1023)[:p2],
+        "one key": np.full(p2, 517),
+        "none in": np.full(p2, 1023),
+    }[case]
+    packed = np.sort(((cells.astype(np.int64) << id_bits) | np.arange(p2)).astype(np.int32))
+    want = np.searchsorted(packed >> id_bits, np.arange(1024), side="left")
+    np.testing.assert_array_equal(_run_starts(packed, id_bits), want, err_msg=case)
+
+
+def test_grid_prep_cell_starts_forms_agree(monkeypatch):
+    """The preparation with ``GRID_PREP_CELL_STARTS = "runs"``: every output the same as
+    with the binary searches, on the stress states (out of the game down to none)."""
+    x, y, g = make_states(70, KINDS, seed=8)
+    prep = lambda: jax.jit(lambda a, b, c: grid_knn._grid_prep(a, b, c, True))(x, y, g)
+    monkeypatch.setattr(grid_knn, "GRID_PREP_CELL_STARTS", "search")
+    want = [np.asarray(v) for v in prep()]
+    monkeypatch.setattr(grid_knn, "GRID_PREP_CELL_STARTS", "runs")
+    got = [np.asarray(v) for v in prep()]
+    names = ("xc", "yc", "oc", "cs", "sat", "prm")
+    for name, a, b in zip(names, got, want, strict=True):
+        if name in ("xc", "yc", "oc"):  # the tails past MP are left unwritten
+            a, b = a[:, : a.shape[1] // 2], b[:, : b.shape[1] // 2]
+        np.testing.assert_array_equal(a, b, err_msg=name)
+
+
 def test_grid_one_bit_radix_matches_reference(monkeypatch):
     """`grid_knn.GRID_PREP_RADIX_BITS = 1` (ten one-bit passes): the same lists."""
     monkeypatch.setattr(grid_knn, "GRID_PREP_RADIX_BITS", 1)

@@ -71,8 +71,10 @@ def test_grid_search_lowers_to_triton(queries: str, u: int) -> None:
 
 
 def test_grid_row_segments_lower_to_triton(monkeypatch) -> None:
-    """The grid search with `grid_knn.GRID_LANE_ROWS` off (phase 1 row by row)."""
+    """The grid search with `grid_knn.GRID_LANE_ROWS` off (phase 1 row by row) and the
+    preparation's cell starts from the runs of equal keys (`GRID_PREP_CELL_STARTS`)."""
     monkeypatch.setattr(grid_knn, "GRID_LANE_ROWS", False)
+    monkeypatch.setattr(grid_knn, "GRID_PREP_CELL_STARTS", "runs")
     x, y, g = _positions()
     fn = lambda x, y, g: grid_knn.nearest_k_grid_batched(x, y, g, K, interpret=False)
     assert _lowered_triton_calls(fn, x, y, g) == 2
