@@ -608,23 +608,53 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         params: TagContinuousParams,
         idx: jax.Array,
         valid: jax.Array | None,
+        *,
+        row_order: jax.Array | None = None,
         **options: Any,
     ) -> dict[str, jax.Array]:
         """Every group's partial observation: `_observe_knn` of each group's rows
-        (``options``: its keyword arguments). (Tried: all groups by one launch of the
-        writer, a grid over both groups' blocks: 22.1 → 23.0 µs per step at 1000 ×
-        (10+100), 309.8 → 311.3 µs at 2000 × (5+995), H200 run 65; not kept.)"""
+        (``options``: its keyword arguments; ``row_order``: the search's spatial order of
+        the agents, passed on for the groups of at least half the agents, see
+        `knn_obs.SORTED_ROWS`). (Tried: all groups by one launch of the writer, a grid
+        over both groups' blocks: 22.1 → 23.0 µs per step at 1000 × (10+100), 309.8 →
+        311.3 µs at 2000 × (5+995), H200 run 65; not kept.)"""
         ids, contiguous = self._group_rows()
-        return {
-            g: self._observe_knn(state, params, i, idx, valid, alone=contiguous, **options)
-            for g, i in ids.items()
-        }
+        m = self.num_agents_total
+        out = {}
+        for g, i in ids.items():
+            kw = dict(options)
+            if row_order is not None and contiguous and 2 * len(i) >= m:
+                kw["row_order"] = row_order
+            out[g] = self._observe_knn(state, params, i, idx, valid, alone=contiguous, **kw)
+        return out
+
+    def _sorted_rows(self) -> bool:
+        """Whether `_observe_nearest` hands the writer the grid search's spatial order
+        (`knn_obs.SORTED_ROWS`: the Pallas grid search feeding the column-tile writer)."""
+        if not knn_obs.SORTED_ROWS or knn_obs.LAYOUT != "cols":
+            return False
+        search, _ = self._search_module()
+        return (
+            search is not neighbors
+            and self._resolved_knn_obs_impl() == "pallas"
+            and search._resolve_method(None, self.num_agents_total) == "grid"
+        )
 
     def _observe_nearest(
         self, state: TagState, params: TagContinuousParams, **options: Any
     ) -> dict[str, jax.Array]:
         """Every group's partial observation from one search of ``state`` (`_nearest_k`):
         `_observe_knn_groups` (``options``: `_observe_knn`'s ``time``, ``table``, ...)."""
+        if self._sorted_rows():
+            search, kw = self._search_module()
+            lists, order = search.nearest_k_lists_ordered(
+                state.x, state.y, state.in_game, self.num_other_agents_observed,
+                queries=search.ENV_QUERIES, **kw,
+            )  # fmt: skip
+            in_game = self._lists_in_game(None)
+            return self._observe_knn_groups(
+                state, params, lists, None, lists_in_game=in_game, row_order=order, **options
+            )
         idx, valid = self._nearest_k(state)
         in_game = self._lists_in_game(valid)
         return self._observe_knn_groups(state, params, idx, valid, lists_in_game=in_game, **options)

@@ -587,7 +587,10 @@ def _grid_knn_kernel(
         out_refs[1][...] = jnp.full((_BM,), count, jnp.int32)
 
 
-def _grid_search(x, y, in_game, k, *, queries="all", block_cols=None, interpret=None, stats=False):
+def _grid_search(
+    x, y, in_game, k, *, queries="all", block_cols=None, interpret=None, stats=False,
+    with_order=False,
+):  # fmt: skip
     k, x, y, in_game = kn._check_batched_inputs(x, y, in_game, k)
     if queries not in GRID_QUERIES:
         raise ValueError(f"queries must be one of {GRID_QUERIES}, got {queries!r}")
@@ -630,6 +633,8 @@ def _grid_search(x, y, in_game, k, *, queries="all", block_cols=None, interpret=
     out = outs[0].reshape(n, m, k)
     if stats:
         return out, outs[1][:, ::_BM].astype(jnp.float32)  # [N, blocks]: trips per block
+    if with_order:  # the first M sorted positions are the M agents (padding sorts last)
+        return out, oc[:, :m]
     return out
 
 

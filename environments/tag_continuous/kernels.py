@@ -160,6 +160,7 @@ __all__ = [
     "nearest_k_batched",
     "nearest_k_brute_batched",
     "nearest_k_lists",
+    "nearest_k_lists_ordered",
     "nearest_k_sorted",
     "nearest_k_sorted_batched",
     "nearest_tagger",
@@ -805,6 +806,35 @@ def nearest_k_lists(
     the others list them anyway); vmaps over envs."""
     x, y, in_game = _one_env(x, y, in_game, "nearest_k_lists")
     return _lists_batched(x[None], y[None], in_game[None], k, **options)[0]
+
+
+def nearest_k_lists_ordered(
+    x: jax.Array,
+    y: jax.Array,
+    in_game: jax.Array,
+    k: int,
+    *,
+    method: str | None = None,
+    queries: str = "all",
+    block_cols: int | None = None,
+    interpret: bool | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """`nearest_k_lists` by the grid search (``method`` must resolve to ``"grid"``), with
+    the search's spatial order of the agents: ``(lists [M, k], order [M])`` int32, where
+    ``order`` is a permutation of the ids, the agents in the game by cell row, cell column
+    and id, then the others by id (agents near in ``order`` are near in space, which
+    `knn_obs.knn_obs_pallas`'s ``row_order`` uses). Vmaps over envs."""
+    x, y, in_game = _one_env(x, y, in_game, "nearest_k_lists_ordered")
+    m = x.shape[0]
+    if _resolve_method(method, m) != "grid":
+        raise ValueError(f"nearest_k_lists_ordered needs the grid search, got M={m}, {method=}")
+    from environments.tag_continuous import grid_knn
+
+    lists, order = grid_knn._grid_search(
+        x[None], y[None], in_game[None], k, queries=queries, block_cols=block_cols,
+        interpret=interpret, with_order=True,
+    )  # fmt: skip
+    return lists[0], order[0]
 
 
 def _one_env(x, y, in_game, name: str) -> tuple[jax.Array, jax.Array, jax.Array]:

@@ -93,6 +93,7 @@ __all__ = [
     "LAYOUT",
     "LAYOUTS",
     "LEAN_INDEX",
+    "SORTED_ROWS",
     "STORE_EVICTION",
     "TABLE_EVICTION",
     "TIME_PASS",
@@ -154,6 +155,12 @@ COLS_ROWS = 8
 STORE_EVICTION: str | None = None
 TABLE_EVICTION: str | None = "evict_last"
 EVICTIONS = (None, "evict_first", "evict_last")
+#: The env passes the grid search's spatial order of the agents (`knn_obs_pallas`'s
+#: ``row_order``) to the column-tile writer of a group of at least half the agents, so a
+#: program's ``R`` rows are neighbours in space and share most of their neighbours'
+#: table rows (fewer L2 sector reads: the writer ran at 85% of the L2's throughput and
+#: 83% of the L1 data pipe, ncu 2026-11-24). Same values. Not yet measured, so off.
+SORTED_ROWS = False
 #: Probe-only ablation of the flat kernel (`experiments.benchmarks.env_ab_probe`'s
 #: ``wablate``, with ``wlayout=flat``; the column-tile layout refuses it), giving wrong
 #: values, to time parts of it: ``"self"`` (no neighbour codes or neighbour gathers:
@@ -423,7 +430,7 @@ def _column_pieces(d: int) -> tuple[tuple[int, int], ...]:
 
 def _knn_obs_cols_kernel(
     table_ref, code_ref, scale_ref, time_ref, *refs, m, k, n, lo, rows, reciprocal, raw,
-    in_game_lists, interpret,
+    in_game_lists, interpret, ordered=False,
 ):  # fmt: skip
     """``R`` whole rows of one env's ``[n, D]`` observations (`LAYOUT` ``"cols"``).
 
@@ -433,17 +440,30 @@ def _knn_obs_cols_kernel(
     thread), the observer's id and row offsets ``[R, 1]``, and per element one neighbour
     code, two table gathers (neighbour, observer) and one store. The time column (``f =
     7``) reads the in-game column (``own = g[i]``) and takes ``time · g[i]``.
+
+    With ``ordered`` (contiguous rows only) the refs end with ``order_ref [M]``, a
+    permutation of the agents, then ``out_ref``: the program's rows are the agents
+    ``order[R·p …]`` (``M`` rows in all), each written at its own row ``i − lo`` and
+    skipped where not among the ``n`` observed.
     """
-    if lo is None:
+    if ordered:
+        order_ref, out_ref = refs
+    elif lo is None:
         ids_ref, out_ref = refs
     else:
         (out_ref,) = refs
     d = obs_size(k)
     rl = lax.broadcasted_iota(jnp.int32, (rows, 1), 0)  # [R, 1] the program's rows
     r = pl.program_id(0) * rows + rl
-    rin = r < n
-    rc = jnp.minimum(r, n - 1)
-    i = ids_ref[rc] if lo is None else rc + lo  # [R, 1] observing agents
+    if ordered:
+        i = order_ref[jnp.minimum(r, m - 1)]  # [R, 1] observing agents (any of the M)
+        out_row = i - lo
+        rin = (r < m) & (out_row >= 0) & (out_row < n)
+    else:
+        rin = r < n
+        rc = jnp.minimum(r, n - 1)
+        i = ids_ref[rc] if lo is None else rc + lo  # [R, 1] observing agents
+        out_row = r
     g_own = None if in_game_lists else table_ref[i * _ROW + NUM_FEATURES]  # [R, 1]
     for c0, w in _column_pieces(d):
         c = c0 + lax.broadcasted_iota(jnp.int32, (1, w), 1)  # [1, W] columns
@@ -470,7 +490,7 @@ def _knn_obs_cols_kernel(
             val = jnp.where(f == NUM_FEATURES, time_ref[0] * g, val)
         keep = rin & cin
         # masked lanes: distinct indices past the end (interpret mode drops them)
-        at = jnp.where(keep, r * d + c, n * d + rl * w + (c - c0))
+        at = jnp.where(keep, out_row * d + c, n * d + rl * w + (c - c0))
         evict = None if interpret else STORE_EVICTION
         pl_triton.store(out_ref.at[at], val, mask=keep, eviction_policy=evict)
 
@@ -490,6 +510,7 @@ def knn_obs_pallas(
     interpret: bool | None = None,
     table: jax.Array | None = None,
     lists_in_game: bool = False,
+    row_order: jax.Array | None = None,
 ) -> jax.Array:
     """The Pallas (Triton) kernel: ``[n, 7k+1]`` float32, written once in its final layout.
 
@@ -511,6 +532,12 @@ def knn_obs_pallas(
         out of the game are all ``-1`` (`kernels.lists_in_game_only`); the kernel then
         reads one value fewer per element (no in-game flag for the mask). Same values
         when the guarantee holds; wrong ones otherwise.
+      row_order: ``[M]`` int32, a permutation of the agent ids (e.g. the grid search's
+        spatial order, `kernels.nearest_k_lists_ordered`): the ``"cols"`` writer's
+        programs take their rows in this order (``ceil(M / R)`` programs, rows outside
+        ``rows`` skipped), so that a program's neighbour gathers share table rows; each
+        row is still written at its place. Contiguous ``rows`` only. Same values for any
+        permutation; rows are left unwritten if it is not one.
     """
     m, k = _check(feats, idx, valid, scale, in_game)
     if lists_in_game and valid is not None:
@@ -519,6 +546,11 @@ def knn_obs_pallas(
         raise ValueError(f"table must be [{_ROW * m}], got {table.shape}")
     ids, lo = _row_ids(rows, m)
     n, d = ids.size, obs_size(k)
+    if row_order is not None:
+        if LAYOUT != "cols" or lo is None:
+            raise ValueError("row_order needs the 'cols' layout and contiguous rows")
+        if row_order.shape != (m,) or not jnp.issubdtype(row_order.dtype, jnp.integer):
+            raise ValueError(f"row_order must be integer [M] = [{m}], got {row_order.shape}")
     total = n * d
     interpret = jax.default_backend() == "cpu" if interpret is None else bool(interpret)
     block = _check_block(
@@ -553,17 +585,19 @@ def knn_obs_pallas(
     ]
     if lo is None:
         args.append(jnp.asarray(ids))
+    if row_order is not None:
+        args.append(row_order.astype(jnp.int32))
     if cols:
         want = COLS_ROWS if block_size is None else max(1, block // d)
         rows_per = min(_next_pow2(want), _next_pow2(n))
         kernel = functools.partial(
             _knn_obs_cols_kernel, m=m, k=k, n=n, lo=lo, rows=rows_per,
             reciprocal=reciprocal, raw=valid is None, in_game_lists=bool(lists_in_game),
-            interpret=interpret,
+            interpret=interpret, ordered=row_order is not None,
         )  # fmt: skip
         if num_warps is None:
             warps = max(1, min(4, rows_per * _column_pieces(d)[0][1] // 256))
-        grid = (pl.cdiv(n, rows_per),)
+        grid = (pl.cdiv(n if row_order is None else m, rows_per),)
     else:
         kernel = functools.partial(
             _knn_obs_kernel, m=m, k=k, n=n, lo=lo, block=block, reciprocal=reciprocal,

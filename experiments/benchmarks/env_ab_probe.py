@@ -22,9 +22,10 @@ values), ``prep`` = `kernels.PREP_IMPL`, ``psort`` = `kernels.PREP_SORT`, ``psbi
 `env.RESET_DRAWS_IN_KERNEL`, ``skip`` = `kernels.PACKED_SKIP_DISTINCT` as 1 or 0,
 ``pwarps`` = `kernels.PREP_WARPS`, ``gpbool`` = `grid_knn.GRID_PREP_BOOL`, ``glrows`` =
 `grid_knn.GRID_LANE_ROWS`, ``vtable`` = `env.VECTOR_TABLE`, ``wlayout`` =
-`knn_obs.LAYOUT`, ``wrows`` = `knn_obs.COLS_ROWS`, ``wevict`` / ``tevict`` =
-`knn_obs.STORE_EVICTION` / `knn_obs.TABLE_EVICTION` (``none`` for None) (the grid's
-settings ``g…`` are listed in `SETTINGS`), and the probe-only ablation ``fallback`` =
+`knn_obs.LAYOUT`, ``wrows`` = `knn_obs.COLS_ROWS`, ``wsorted`` = `knn_obs.SORTED_ROWS`,
+``wevict`` / ``tevict`` = `knn_obs.STORE_EVICTION` / `knn_obs.TABLE_EVICTION` (``none``
+for None) (the grid's settings ``g…`` are listed in `SETTINGS`), and the probe-only
+ablation ``fallback`` =
 `kernels._SORTED_EXACT_FALLBACK`, whose 0 gives wrong lists where packed keys collide),
 restored afterwards, the env's ``step`` (``step_impl``) and the harness's ``fold``
 (`time_env_steps`'s, 1 or 0). ``block``, ``opaque``, ``wtime`` and ``wablate`` set the
@@ -83,6 +84,7 @@ SETTINGS = {
     "wtime": (knn_obs, "TIME_PASS", "bool"),  # flat writer: time-column pass
     "wlayout": (knn_obs, "LAYOUT", knn_obs.LAYOUTS),  # writer: flat blocks / column tiles
     "wrows": (knn_obs, "COLS_ROWS", "pow2"),  # writer's column tiles: rows per program
+    "wsorted": (knn_obs, "SORTED_ROWS", "bool"),  # writer: rows in the grid's spatial order
     "wevict": (knn_obs, "STORE_EVICTION", ("none", "evict_first", "evict_last")),  # stores
     "tevict": (knn_obs, "TABLE_EVICTION", ("none", "evict_first", "evict_last")),  # gathers
     "prep": (kernels, "PREP_IMPL", kernels.PREP_IMPLS),  # sorted search's preparation

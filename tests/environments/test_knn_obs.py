@@ -404,3 +404,33 @@ def test_writer_store_and_warp_options_keep_the_values(monkeypatch) -> None:
     args = (feats, gl, None, range(4, 24), scale, s.in_game, jnp.float32(0.3))
     with pytest.raises(ValueError, match="lists_in_game needs"):
         ko.knn_obs_pallas(*args[:2], jnp.ones(gl.shape, bool), *args[3:], lists_in_game=True)
+
+
+def test_writer_rows_in_a_given_order_keep_the_values() -> None:
+    """`knn_obs_pallas(row_order=...)`: the column-tile writer taking its rows in any
+    permutation of the agents (programs of one and of several rows, the in-game lists'
+    shortcut or not, true division or not) writes the same bits; bad orders raise."""
+    env = _env("4+20_k10", "pallas")
+    rng = np.random.default_rng(9)
+    p = _params(rng)
+    s = _random_state(rng, env, p.grid_length, 0.6)
+    m = env.num_agents_total
+    lists = kernels.nearest_k_lists(s.x, s.y, s.in_game, env.num_other_agents_observed)
+    gl = jnp.where(s.in_game[:, None], lists, -1)
+    feats = env._features(s)
+    scale = jnp.arange(1.0, 8.0)
+    order = jnp.asarray(rng.permutation(m), jnp.int32)
+    for li, igl, rows, block, recip in (
+        (gl, True, range(4, 24), None, True), (lists, False, range(24), 32, False),
+        (gl, True, range(0, 4), 256, False), (lists, False, range(3, 17), None, True),
+    ):  # fmt: skip
+        args = (feats, li, None, rows, scale, s.in_game, jnp.float32(0.3))
+        kw = dict(reciprocal=recip, block_size=block, lists_in_game=igl)
+        want = ko.knn_obs_pallas(*args, **kw)
+        got = ko.knn_obs_pallas(*args, **kw, row_order=order)
+        assert_bitwise(got, want, f"ordered rows {rows} {block} {recip}")
+    args = (feats, lists, None, range(4, 24), scale, s.in_game, jnp.float32(0.3))
+    with pytest.raises(ValueError, match="row_order must be integer"):
+        ko.knn_obs_pallas(*args, row_order=order[:5])
+    with pytest.raises(ValueError, match="contiguous rows"):
+        ko.knn_obs_pallas(*args[:3], (5, 2, 9), *args[4:], row_order=order)

@@ -352,3 +352,56 @@ def test_vector_step_table_and_bool_flags_keep_results(tag_states, monkeypatch):
             b.view(np.uint32) if b.dtype == np.float32 else b,
             err_msg=f"leaf {i}",
         )
+
+
+def test_sorted_writer_rows_keep_the_env_results(tag_states, monkeypatch):
+    """`knn_obs.SORTED_ROWS`: the runners' writer taking its rows in the grid search's
+    spatial order (`kernels.nearest_k_lists_ordered`), in the batched step: the same
+    ``(state, TimeStep)`` bit for bit as without it. (The XLA step's observations take
+    the same `_observe_nearest`.)"""
+    import jaxdrive
+    from environments.tag_continuous import knn_obs
+    from experiments.benchmarks.knn_obs_probe import make_env
+
+    _, params, _, stepped = tag_states
+    keys = jax.random.split(jax.random.key(7), 2)
+    for step_impl in ("vector",):
+        env, _ = make_env(5, 251, 10, "pallas", step_impl=step_impl)
+        actions = jax.vmap(env.sample_actions)(keys)
+
+        def step(e=env, a=actions):
+            venv = jaxdrive.vectorize(e, 2)
+            out = jax.jit(venv.step)(jax.random.key(8), stepped, a, params)
+            return jax.tree.map(np.asarray, out)
+
+        monkeypatch.setattr(knn_obs, "SORTED_ROWS", False)
+        assert not env._sorted_rows()
+        ref = step()
+        monkeypatch.setattr(knn_obs, "SORTED_ROWS", True)
+        assert env._sorted_rows()
+        got = step()
+        for i, (a, b) in enumerate(zip(jax.tree.leaves(got), jax.tree.leaves(ref), strict=True)):
+            np.testing.assert_array_equal(
+                a.view(np.uint32) if a.dtype == np.float32 else a,
+                b.view(np.uint32) if b.dtype == np.float32 else b,
+                err_msg=f"{step_impl} leaf {i}",
+            )
+
+
+def test_lists_with_the_spatial_order():
+    """`kernels.nearest_k_lists_ordered`: the grid search's lists and a permutation of the
+    agents, the in-game ones first by cell (ids rising within a cell) then the others by
+    id; other searches are refused."""
+    x, y, g = make_states(300, KINDS[:4], seed=2)
+    fn = jax.jit(jax.vmap(lambda a, b, c: kernels.nearest_k_lists_ordered(a, b, c, 6)))
+    lists, order = map(np.asarray, fn(x, y, g))
+    want = np.asarray(jax.vmap(lambda a, b, c: kernels.nearest_k_lists(a, b, c, 6))(x, y, g))
+    np.testing.assert_array_equal(lists, want)
+    for n in range(order.shape[0]):
+        np.testing.assert_array_equal(np.sort(order[n]), np.arange(300))
+        gin = np.asarray(g[n])[order[n]]
+        n_in = int(gin.sum())
+        assert gin[:n_in].all() and not gin[n_in:].any()
+        assert (np.diff(order[n][n_in:]) > 0).all()
+    with pytest.raises(ValueError, match="needs the grid search"):
+        kernels.nearest_k_lists_ordered(x[0, :50], y[0, :50], g[0, :50], 6)

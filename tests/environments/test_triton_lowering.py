@@ -137,6 +137,23 @@ def test_knn_obs_lowers_to_triton(rows, reciprocal: bool) -> None:
     assert _lowered_triton_calls(fn, feats, idx, valid, g) == 1
 
 
+def test_knn_obs_in_a_row_order_lowers_to_triton() -> None:
+    """The column-tile writer taking its rows in a given order (`knn_obs.SORTED_ROWS`)."""
+    x, y, g = _positions()
+    feats = _feats(x, y, g)
+    lists = jnp.broadcast_to(jnp.arange(K, dtype=jnp.int32), (N, M, K))
+    order = jnp.broadcast_to(jnp.arange(M, dtype=jnp.int32)[::-1], (N, M))
+
+    def fn(feats, lists, g, order):
+        one = lambda f, i, gg, o: knn_obs.knn_obs_pallas(
+            f, i, None, range(T, M), jnp.arange(1.0, 8.0), gg, jnp.float32(0.5),
+            reciprocal=True, interpret=False, lists_in_game=True, row_order=o,
+        )  # fmt: skip
+        return jax.vmap(one)(feats, lists, g, order)
+
+    assert _lowered_triton_calls(fn, feats, lists, g, order) == 1
+
+
 @pytest.mark.parametrize("fence", [False, True])
 @pytest.mark.parametrize("tagger_ids", [tuple(range(T)), (1, 5, 9, 30)])
 def test_step_kernel_lowers_to_triton(fence: bool, tagger_ids) -> None:
