@@ -32,7 +32,9 @@ restored afterwards, the env's ``step`` (``step_impl``) and the harness's ``fold
 flat writer's knobs: pair them with ``wlayout=flat`` (the default writer is the
 column-tile layout; ``wablate`` with it is an error). The variants run in turn
 ``--rounds`` times, so drift over time shows as the spread of one variant's rounds, not
-as a difference between variants.
+as a difference between variants; each variant is compiled once, in round 1
+(`build_variant`: an `experiments.benchmarks.timing.EnvStepTimer`), and its compiled
+program is timed again in the later rounds.
 Before timing, each variant's observations after ``--check_steps`` random steps are
 compared with the first variant's (same keys, same actions): ``equal``, or the count of
 differing float32 elements and the largest absolute difference.
@@ -59,9 +61,9 @@ from absl import app, flags
 from environments.tag_continuous import env as tag_env
 from environments.tag_continuous import grid_knn, kernels, knn_obs, vector_step
 from experiments.benchmarks.knn_obs_probe import check_states, compare, make_env, parse_config
-from experiments.benchmarks.timing import append_jsonl, device_info, time_env_steps
+from experiments.benchmarks.timing import EnvStepTimer, append_jsonl, device_info
 
-__all__ = ["define_flags", "parse_variant", "probe", "run_variant"]
+__all__ = ["build_variant", "define_flags", "parse_variant", "probe", "run_variant"]
 
 FLAGS = flags.FLAGS
 
@@ -189,13 +191,12 @@ def _observations_after(env, params, n: int, steps: int) -> dict[str, jax.Array]
     return jax.jit(jax.vmap(lambda s: env.observations(s, params)))(state)
 
 
-def run_variant(
-    n: int, t: int, r: int, k: int, variant: Variant, num_steps: int, repeats: int,
-    check_steps: int = 0, profile_dir: str | None = None,
-) -> tuple[dict[str, Any], dict[str, jax.Array] | None]:  # fmt: skip
-    """Times one variant (its settings applied while the env is traced, then restored);
-    returns the timing record and, with ``check_steps``, the observations to compare.
-    With ``profile_dir``, one more call is traced there."""
+def build_variant(
+    n: int, t: int, r: int, k: int, variant: Variant, num_steps: int, check_steps: int = 0
+) -> tuple[EnvStepTimer, dict[str, jax.Array] | None]:  # fmt: skip
+    """One variant's compiled env-only program (its settings applied while the env is
+    traced, then restored): its `EnvStepTimer` and, with ``check_steps``, the
+    observations to compare. The rounds reuse the timer: one compile per variant."""
     form, settings = variant
     given = dict(settings)
     module_settings = [(name, v) for name, v in settings if SETTINGS[name][0] is not None]
@@ -205,14 +206,22 @@ def run_variant(
             setattr(*SETTINGS[name][:2], value)
         env, params = make_env(t, r, k, form, step_impl=given.get("step", "auto"))
         obs = _observations_after(env, params, n, check_steps) if check_steps else None
-        rec = time_env_steps(
-            env, params, n, num_steps, repeats, profile_dir=profile_dir,
-            fold=given.get("fold", "1") == "1",
-        )  # fmt: skip
+        timer = EnvStepTimer(env, params, n, num_steps, fold=given.get("fold", "1") == "1")
     finally:
         for (module, attr, _), value in reversed(saved):
             setattr(module, attr, value)
-    return rec, obs
+    return timer, obs
+
+
+def run_variant(
+    n: int, t: int, r: int, k: int, variant: Variant, num_steps: int, repeats: int,
+    check_steps: int = 0, profile_dir: str | None = None,
+) -> tuple[dict[str, Any], dict[str, jax.Array] | None]:  # fmt: skip
+    """Times one variant once (`build_variant`, then its timer's `EnvStepTimer.time`);
+    returns the timing record and, with ``check_steps``, the observations to compare.
+    With ``profile_dir``, one more call is traced there."""
+    timer, obs = build_variant(n, t, r, k, variant, num_steps, check_steps)
+    return timer.time(repeats, profile_dir), obs
 
 
 def kernel_lines(trace_dir: str, num_steps: int) -> list[str]:
@@ -262,11 +271,14 @@ def probe(
     for n, t, r in configs:
         ref = None
         print(f"\n== {n} envs x ({t}+{r}), {num_steps} steps per call, median of {repeats}")
+        timers: dict[int, EnvStepTimer] = {}
         for rnd in range(1, rounds + 1):
-            for variant in variants:
-                steps = check_steps if rnd == 1 else 0
+            for v, variant in enumerate(variants):
+                obs = None
+                if v not in timers:  # round 1: compile (and the check's observations)
+                    timers[v], obs = build_variant(n, t, r, k, variant, num_steps, check_steps)
                 trace = tempfile.mkdtemp(prefix="env_ab_") if details and rnd == 1 else None
-                tr, obs = run_variant(n, t, r, k, variant, num_steps, repeats, steps, trace)
+                tr = timers[v].time(repeats, trace)
                 rec = dict(
                     bench="tag_env_ab", num_envs=n, num_taggers=t, num_runners=r, k=k,
                     variant=_name(variant), knn_obs_impl=variant[0],

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import jaxdrive
 
 __all__ = [
+    "EnvStepTimer",
     "append_jsonl",
     "device_info",
     "peak_memory_bytes",
@@ -92,6 +93,88 @@ def profile_call(fn: Callable[[], Any], profile_dir: str | None) -> None:
         jax.block_until_ready(fn())
 
 
+class EnvStepTimer:
+    """Env-only stepping compiled once, timed as often as asked (`time_env_steps` is one
+    `time` of a new timer). Building it resets the envs and compiles the ``T``-step scan
+    (module defaults read at trace time take effect then); `time` runs the compiled
+    program ``repeats`` times and returns a result record."""
+
+    def __init__(
+        self,
+        env: jaxdrive.Env,
+        params: Any,
+        num_envs: int,
+        num_steps: int,
+        seed: int = 0,
+        auto_reset: bool = True,
+        reset_mode: str = "auto",
+        fold: bool = True,
+    ) -> None:
+        venv = jaxdrive.vectorize(env, num_envs, auto_reset=auto_reset, reset_mode=reset_mode)
+        policy = jaxdrive.random_policy(env)
+
+        @jax.jit
+        def reset(key):
+            return venv.reset(key, params)
+
+        @jax.jit
+        def run(key, state, ts):
+            def body(carry, k):
+                state, ts, acc = carry
+                actions = policy(k[0], ts.obs)
+                state, ts = venv.step(k[1], state, actions, params)
+                if fold:
+                    acc = acc + sum(jnp.sum(r) for r in ts.reward.values())
+                    acc = acc + sum(jnp.sum(o[:, :, -1]) for o in ts.obs.values())
+                    acc = acc + jnp.sum(ts.done)
+                return (state, ts, acc), None
+
+            keys = jax.random.split(key, (num_steps, 2))  # [T, 2]: (actions, env) per step
+            init = (state, ts, jnp.zeros((), jnp.float32))
+            (state, ts, acc), _ = jax.lax.scan(body, init, keys)
+            return state, ts, acc
+
+        self._state, self._ts = jax.block_until_ready(reset(jax.random.key(seed)))
+        t0 = time.perf_counter()
+        self._compiled = run.lower(jax.random.key(seed + 1), self._state, self._ts).compile()
+        self.compile_s = time.perf_counter() - t0
+        self._seed = seed
+        self._env, self._num_envs, self._num_steps, self._fold = env, num_envs, num_steps, fold
+
+    def time(self, repeats: int = 5, profile_dir: str | None = None) -> dict[str, Any]:
+        """Times ``repeats`` calls of the compiled scan (after one warm-up call), each
+        from the same reset state with its own key; with ``profile_dir``, one more call is
+        traced there. Returns the result record (`time_env_steps`'s)."""
+        # keys made on the device up front: no host transfer inside the timed calls
+        keys = jax.random.split(jax.random.key(self._seed + 1), repeats + 2)
+        keys = [keys[i] for i in range(repeats + 2)]
+        holder = {"i": 0}
+
+        def call():
+            holder["i"] = (holder["i"] + 1) % len(keys)
+            return self._compiled(keys[holder["i"]], self._state, self._ts)
+
+        first, times = time_compiled(call, repeats)
+        profile_call(call, profile_dir)
+        med = statistics.median(times)
+        n, t, agents = self._num_envs, self._num_steps, self._env.total_agents
+        return {
+            "num_envs": n,
+            "num_agents": agents,
+            "num_steps": t,
+            "repeats": repeats,
+            "compile_s": round(self.compile_s, 3),
+            "seconds_median": med,
+            "seconds_all": [round(x, 6) for x in times],
+            "env_steps_per_s": n * t / med,
+            "agent_steps_per_s": n * t * agents / med,
+            "ms_per_batch_step": 1e3 * med / t,
+            "peak_memory_bytes": peak_memory_bytes(),
+            "fold": bool(self._fold),
+            **({"_hlo": self._compiled.as_text()} if profile_dir else {}),
+        }
+
+
 def time_env_steps(
     env: jaxdrive.Env,
     params: Any,
@@ -108,62 +191,13 @@ def time_env_steps(
 
     With ``profile_dir``, one extra call (after the timed ones) is traced there;
     ``auto_reset=False`` times the step without the batch's reset check; ``fold``: also
-    sum outputs into a scalar each step (module docstring)."""
-    venv = jaxdrive.vectorize(env, num_envs, auto_reset=auto_reset, reset_mode=reset_mode)
-    policy = jaxdrive.random_policy(env)
-
-    @jax.jit
-    def reset(key):
-        return venv.reset(key, params)
-
-    @jax.jit
-    def run(key, state, ts):
-        def body(carry, k):
-            state, ts, acc = carry
-            actions = policy(k[0], ts.obs)
-            state, ts = venv.step(k[1], state, actions, params)
-            if fold:
-                acc = acc + sum(jnp.sum(r) for r in ts.reward.values())
-                acc = acc + sum(jnp.sum(o[:, :, -1]) for o in ts.obs.values())
-                acc = acc + jnp.sum(ts.done)
-            return (state, ts, acc), None
-
-        keys = jax.random.split(key, (num_steps, 2))  # [T, 2]: (actions, env) per step
-        (state, ts, acc), _ = jax.lax.scan(body, (state, ts, jnp.zeros((), jnp.float32)), keys)
-        return state, ts, acc
-
-    state, ts = jax.block_until_ready(reset(jax.random.key(seed)))
-    t0 = time.perf_counter()
-    compiled = run.lower(jax.random.key(seed + 1), state, ts).compile()
-    compile_s = time.perf_counter() - t0
-    # keys made on the device up front: no host transfer inside the timed calls
-    keys = jax.random.split(jax.random.key(seed + 1), repeats + 2)
-    keys = [keys[i] for i in range(repeats + 2)]
-    holder = {"i": 0}
-
-    def call():
-        holder["i"] = (holder["i"] + 1) % len(keys)
-        return compiled(keys[holder["i"]], state, ts)
-
-    first, times = time_compiled(call, repeats)
-    profile_call(call, profile_dir)
-    med = statistics.median(times)
-    agents = env.total_agents
-    return {
-        "num_envs": num_envs,
-        "num_agents": agents,
-        "num_steps": num_steps,
-        "repeats": repeats,
-        "compile_s": round(compile_s, 3),
-        "seconds_median": med,
-        "seconds_all": [round(t, 6) for t in times],
-        "env_steps_per_s": num_envs * num_steps / med,
-        "agent_steps_per_s": num_envs * num_steps * agents / med,
-        "ms_per_batch_step": 1e3 * med / num_steps,
-        "peak_memory_bytes": peak_memory_bytes(),
-        "fold": bool(fold),
-        **({"_hlo": compiled.as_text()} if profile_dir else {}),
-    }
+    sum outputs into a scalar each step (module docstring). One `EnvStepTimer`, timed
+    once."""
+    timer = EnvStepTimer(
+        env, params, num_envs, num_steps, seed, auto_reset=auto_reset, reset_mode=reset_mode,
+        fold=fold,
+    )  # fmt: skip
+    return timer.time(repeats, profile_dir)
 
 
 def append_jsonl(path: str, record: dict[str, Any]) -> None:
