@@ -31,6 +31,26 @@ def test_env_suite_quick_and_compare(tmp_path):
     assert len(lines) == 1 and "x" in lines[0]
 
 
+def test_env_step_timer_compiles_once_and_times_again():
+    """`timing.EnvStepTimer`: compiled once when built, then timed as often as asked with
+    that same executable (no host transfer: `time_compiled`'s guard), each record valid;
+    `time_env_steps` gives the same kind of record."""
+    import jaxdrive
+    from experiments.benchmarks import timing
+
+    env, params = jaxdrive.make("CartPole-v1")
+    timer = timing.EnvStepTimer(env, params, num_envs=4, num_steps=3)
+    compiled = timer._compiled
+    first, second = timer.time(repeats=2), timer.time(repeats=1)
+    assert timer._compiled is compiled
+    for rec in (first, second):
+        assert rec["env_steps_per_s"] > 0 and rec["num_steps"] == 3 and rec["num_envs"] == 4
+        assert rec["compile_s"] == round(timer.compile_s, 3)
+    assert len(first["seconds_all"]) == 2 and len(second["seconds_all"]) == 1
+    rec = timing.time_env_steps(env, params, 4, 3, repeats=1)
+    assert set(rec) == set(first) and rec["env_steps_per_s"] > 0
+
+
 def test_training_throughput_tiny():
     config = load_config("cartpole", "tiny,a2c")
     rec = time_training(config, iterations=2, repeats=1)
