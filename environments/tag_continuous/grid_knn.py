@@ -88,6 +88,7 @@ __all__ = [
     "GRID_STAGES",
     "GRID_TARGET",
     "GRID_UNROLL",
+    "GRID_XY_INTERLEAVED",
     "grid_search_stats",
     "nearest_k_grid_batched",
 ]
@@ -135,6 +136,12 @@ GRID_PREP_RADIX_BITS = 2
 #: at ≈ 5 µs. Not yet measured on a GPU, so off.
 GRID_PREP_CELL_STARTS = "search"
 GRID_PREP_CELL_STARTS_FORMS = ("search", "runs")
+#: The preparation writes the sorted positions as one interleaved ``[4·MP]`` array
+#: (``x`` at ``2q``, ``y`` at ``2q + 1``) instead of ``xc, yc [2·MP]``, so a candidate's
+#: two coordinates share a 32-byte sector: a lane's ``U = 4`` candidates of a loop step
+#: touch 1.75 sectors on average instead of 2.75 (the search ran the L2 at 68% and
+#: the L1 at 55% of their peaks, ncu 2026-11-26 run 85). Same lists. Not yet measured.
+GRID_XY_INTERLEAVED = False
 #: Triton pipelining stages of the search kernel's loops (``None``: Triton's default).
 #: H200: 1, 2 and the default give the same kernel, 323.6 µs (2026-11-24 run 52).
 GRID_STAGES: int | None = None
@@ -221,9 +228,22 @@ def _cell_starts_runs(packed, buf1, cs_ref, sat_ref, id_bits: int, *, interpret:
     return jnp.cumsum(length) - length
 
 
+class _Pairs:
+    """A ref of interleaved pairs seen as one of its two halves: ``ref[i]`` reads
+    ``ref[2i + half]`` (`GRID_XY_INTERLEAVED`)."""
+
+    __slots__ = ("_half", "_ref")
+
+    def __init__(self, ref, half: int):
+        self._ref, self._half = ref, half
+
+    def __getitem__(self, idx):
+        return self._ref[2 * idx + self._half]
+
+
 def _grid_prep_kernel(
-    x_ref, y_ref, g_ref, xc_ref, yc_ref, oc_ref, cs_ref, sat_ref, prm_ref, buf0, buf1,
-    *, m, mp, cell_agents, max_cells, radix_bits, cell_starts, interpret,
+    x_ref, y_ref, g_ref, *outs, m, mp, cell_agents, max_cells, radix_bits, cell_starts,
+    interleaved, interpret,
 ):  # fmt: skip
     """One env: cells, the sort, the tables.
 
@@ -235,8 +255,13 @@ def _grid_prep_kernel(
     [1024]`` int32 (in-game agents in cells ``(≤ cy, ≤ cx)``
     at ``cy·32 + cx``) and ``prm [8]`` float32 ``(x0, y0, s, G, n_in, 0, 0, 0)``: the
     cell of a position is ``floor((x - x0)·s)`` clamped to ``[0, G - 1]``. ``buf0,
-    buf1 [P]`` int32: the radix sort's buffers.
+    buf1 [P]`` int32: the radix sort's buffers. With ``interleaved`` the outputs begin
+    with one ``xy [4·MP]`` (``x`` at ``2q``, ``y`` at ``2q + 1``) instead of ``xc, yc``.
     """
+    if interleaved:
+        xy_ref, oc_ref, cs_ref, sat_ref, prm_ref, buf0, buf1 = outs
+    else:
+        xc_ref, yc_ref, oc_ref, cs_ref, sat_ref, prm_ref, buf0, buf1 = outs
     p2 = buf0.shape[0]
     p = lax.broadcasted_iota(jnp.int32, (p2,), 0)
     real = p < m
@@ -271,8 +296,13 @@ def _grid_prep_kernel(
     agent = jnp.minimum(sid, m - 1)
     inside = p < mp
     at = p  # masked lanes (p >= MP) keep distinct indices (interpret mode's masked scatter)
-    pl_triton.store(xc_ref.at[at], jnp.where(ok, x_ref[agent], 0.0), mask=inside)
-    pl_triton.store(yc_ref.at[at], jnp.where(ok, y_ref[agent], 0.0), mask=inside)
+    xs, ys = jnp.where(ok, x_ref[agent], 0.0), jnp.where(ok, y_ref[agent], 0.0)
+    if interleaved:
+        pl_triton.store(xy_ref.at[2 * at], xs, mask=inside)
+        pl_triton.store(xy_ref.at[2 * at + 1], ys, mask=inside)
+    else:
+        pl_triton.store(xc_ref.at[at], xs, mask=inside)
+        pl_triton.store(yc_ref.at[at], ys, mask=inside)
     pl_triton.store(oc_ref.at[at], jnp.where(ok, sid, m), mask=inside)
     c = lax.broadcasted_iota(jnp.int32, (_TABLE,), 0)
     if cell_starts == "runs":
@@ -304,7 +334,8 @@ def _grid_prep_kernel(
 
 
 def _grid_prep(x, y, in_game, interpret: bool):
-    """`_grid_prep_kernel` over ``N`` envs: ``(xc, yc, oc, cs, sat, prm)``."""
+    """`_grid_prep_kernel` over ``N`` envs: ``(xc, yc, oc, cs, sat, prm)``; with
+    `GRID_XY_INTERLEAVED`, ``xc`` and ``yc`` are both the interleaved ``xy [N, 4·MP]``."""
     if GRID_PREP_RADIX_BITS not in (1, 2):
         raise ValueError(f"GRID_PREP_RADIX_BITS must be 1 or 2, got {GRID_PREP_RADIX_BITS!r}")
     if GRID_PREP_CELL_STARTS not in GRID_PREP_CELL_STARTS_FORMS:
@@ -320,14 +351,13 @@ def _grid_prep(x, y, in_game, interpret: bool):
     i32 = lambda length: jax.ShapeDtypeStruct((n, length), jnp.int32)
     # xc, yc, oc padded to 2·MP: a lane past its segment reads at most MP - 1 positions
     # past the in-game ones (masked), so the search's loads need no clamp.
-    shapes = (
-        f32(2 * mp), f32(2 * mp), i32(2 * mp), i32(_TABLE), i32(_TABLE), f32(8), i32(p2), i32(p2),
-    )  # fmt: skip
+    interleaved = bool(GRID_XY_INTERLEAVED)
+    positions = (f32(4 * mp),) if interleaved else (f32(2 * mp), f32(2 * mp))
+    shapes = positions + (i32(2 * mp), i32(_TABLE), i32(_TABLE), f32(8), i32(p2), i32(p2))
     kernel = functools.partial(
         _grid_prep_kernel, m=m, mp=mp, cell_agents=float(GRID_CELL_AGENTS),
         max_cells=int(GRID_MAX_CELLS), radix_bits=int(GRID_PREP_RADIX_BITS),
-        cell_starts=GRID_PREP_CELL_STARTS,
-        interpret=interpret,
+        cell_starts=GRID_PREP_CELL_STARTS, interleaved=interleaved, interpret=interpret,
     )  # fmt: skip
     outs = pl.pallas_call(
         kernel,
@@ -339,6 +369,8 @@ def _grid_prep(x, y, in_game, interpret: bool):
         interpret=interpret,
         name="tag_nearest_k_grid_prep",
     )(x, y, in_game if GRID_PREP_BOOL else in_game.astype(jnp.int32))
+    if interleaved:
+        return (outs[0], *outs[:5])  # xy for both xc and yc
     return outs[:6]
 
 
@@ -346,15 +378,19 @@ def _grid_prep(x, y, in_game, interpret: bool):
 def _grid_knn_kernel(
     prm_ref, cs_ref, sat_ref, xc_ref, yc_ref, oc_ref, x_ref, y_ref, *out_refs,
     k, m, mp, unroll, target, in_game_only, key_bits, stats, position_keys, lane_rows,
+    xy_interleaved=False,
 ):  # fmt: skip
     """One env, 32 consecutive sorted queries (one per lane): see the module doc.
 
-    Inputs as `_grid_prep_kernel` writes them (``xc, yc, oc`` padded to ``2·MP``), plus
+    Inputs as `_grid_prep_kernel` writes them (``xc, yc, oc`` padded to ``2·MP``; with
+    ``xy_interleaved`` both ``xc`` and ``yc`` are the interleaved ``xy [4·MP]``), plus
     ``x, y [M]`` (positions by id, for the exact re-sort with id keys). Writes each
     query's list of ids (``-1`` = none) at its row of the env's row-major ``out [M·k]``
     and, with ``stats``, ``trips [32]`` (candidate loads per lane, every lane the same:
     the block's cost).
     """
+    if xy_interleaved:  # both refs are the interleaved xy [4·MP]
+        xc_ref, yc_ref = _Pairs(xc_ref, 0), _Pairs(yc_ref, 1)
     b = pl.program_id(1)
     p = b * _BM + lax.broadcasted_iota(jnp.int32, (_BM,), 0)  # sorted positions
     x0, y0, s = prm_ref[0], prm_ref[1], prm_ref[2]
@@ -607,8 +643,10 @@ def _grid_search(
         target=math.ceil(float(GRID_TARGET) * k), in_game_only=queries == "in_game",
         key_bits=max(1, ((mp if GRID_POSITION_KEYS else m) - 1).bit_length()), stats=stats,
         position_keys=bool(GRID_POSITION_KEYS), lane_rows=bool(GRID_LANE_ROWS),
+        xy_interleaved=bool(GRID_XY_INTERLEAVED),
     )  # fmt: skip
     env = lambda length: pl.BlockSpec((None, length), lambda e, b: (e, 0))
+    pos_len = (4 if GRID_XY_INTERLEAVED else 2) * mp
     out_shape = [jax.ShapeDtypeStruct((n, m * k), jnp.int32)]
     out_specs = [env(m * k)]
     if stats:
@@ -618,7 +656,8 @@ def _grid_search(
         kernel,
         out_shape=tuple(out_shape),
         grid=(n, mp // _BM),
-        in_specs=[env(8), env(_TABLE), env(_TABLE)] + [env(2 * mp)] * 3 + [env(m), env(m)],
+        in_specs=[env(8), env(_TABLE), env(_TABLE), env(pos_len), env(pos_len), env(2 * mp)]
+        + [env(m), env(m)],
         out_specs=tuple(out_specs),
         compiler_params=pl_triton.CompilerParams(num_warps=1, num_stages=GRID_STAGES),
         # Typical: ~60 candidates per query at ~45 simple ops.

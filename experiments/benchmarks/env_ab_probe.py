@@ -116,6 +116,7 @@ SETTINGS = {
     "gpbool": (grid_knn, "GRID_PREP_BOOL", "bool"),  # grid preparation: bool in-game flags
     "gradix": (grid_knn, "GRID_PREP_RADIX_BITS", "int"),  # grid preparation: bits per pass
     "gstarts": (grid_knn, "GRID_PREP_CELL_STARTS", grid_knn.GRID_PREP_CELL_STARTS_FORMS),
+    "gxy": (grid_knn, "GRID_XY_INTERLEAVED", "bool"),  # grid: positions as (x, y) pairs
     "glrows": (grid_knn, "GRID_LANE_ROWS", "bool"),  # grid search: per-lane row walk
     "vtable": (tag_env, "VECTOR_TABLE", "bool"),  # batched kernel: the writer's table
     "step": (None, "step_impl", ("auto", "xla", "pallas", "vector")),  # env's step_impl

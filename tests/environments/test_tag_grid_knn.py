@@ -199,6 +199,20 @@ def test_grid_prep_cell_starts_forms_agree(monkeypatch):
         np.testing.assert_array_equal(a, b, err_msg=name)
 
 
+@pytest.mark.parametrize("queries", grid_knn.GRID_QUERIES)
+def test_grid_interleaved_positions_match_reference(monkeypatch, queries):
+    """`grid_knn.GRID_XY_INTERLEAVED` (the sorted positions as one ``[4·MP]`` array of
+    pairs): the same lists, and the spatial order with them."""
+    monkeypatch.setattr(grid_knn, "GRID_XY_INTERLEAVED", True)
+    x, y, g = make_states(100, KINDS, seed=6)
+    ref_idx, ref_valid = map(np.asarray, _reference(7)(x, y, g))
+    fn = jax.jit(lambda a, b, c: grid_knn.nearest_k_grid_batched(a, b, c, 7, queries=queries))
+    idx, valid = map(np.asarray, fn(x, y, g))
+    if queries == "in_game":
+        ref_idx, ref_valid = _in_game_rows(ref_idx, ref_valid, g)
+    assert_same(idx, valid, ref_idx, ref_valid, f"interleaved positions {queries}")
+
+
 def test_grid_one_bit_radix_matches_reference(monkeypatch):
     """`grid_knn.GRID_PREP_RADIX_BITS = 1` (ten one-bit passes): the same lists."""
     monkeypatch.setattr(grid_knn, "GRID_PREP_RADIX_BITS", 1)

@@ -71,10 +71,12 @@ def test_grid_search_lowers_to_triton(queries: str, u: int) -> None:
 
 
 def test_grid_row_segments_lower_to_triton(monkeypatch) -> None:
-    """The grid search with `grid_knn.GRID_LANE_ROWS` off (phase 1 row by row) and the
-    preparation's cell starts from the runs of equal keys (`GRID_PREP_CELL_STARTS`)."""
+    """The grid search with `grid_knn.GRID_LANE_ROWS` off (phase 1 row by row), the
+    preparation's cell starts from the runs of equal keys (`GRID_PREP_CELL_STARTS`) and
+    the interleaved positions (`GRID_XY_INTERLEAVED`)."""
     monkeypatch.setattr(grid_knn, "GRID_LANE_ROWS", False)
     monkeypatch.setattr(grid_knn, "GRID_PREP_CELL_STARTS", "runs")
+    monkeypatch.setattr(grid_knn, "GRID_XY_INTERLEAVED", True)
     x, y, g = _positions()
     fn = lambda x, y, g: grid_knn.nearest_k_grid_batched(x, y, g, K, interpret=False)
     assert _lowered_triton_calls(fn, x, y, g) == 2
