@@ -138,9 +138,12 @@ GRID_PREP_CELL_STARTS = "search"
 GRID_PREP_CELL_STARTS_FORMS = ("search", "runs")
 #: The preparation writes the sorted positions as one interleaved ``[4·MP]`` array
 #: (``x`` at ``2q``, ``y`` at ``2q + 1``) instead of ``xc, yc [2·MP]``, so a candidate's
-#: two coordinates share a 32-byte sector: a lane's ``U = 4`` candidates of a loop step
-#: touch 1.75 sectors on average instead of 2.75 (the search ran the L2 at 68% and
-#: the L1 at 55% of their peaks, ncu 2026-11-26 run 85). Same lists. Not yet measured.
+#: two coordinates share a 32-byte sector. A lane streaming its row segment then keeps
+#: one 128-byte L1 line in use instead of two (≈ 115 instead of ≈ 230 KB of lines per SM
+#: at 28 resident blocks, about the L1's size), and a step's ``U = 4`` candidates touch
+#: 1.75 sectors instead of 2.75; the sectors streamed in all are the same, so it helps
+#: only if lines are now evicted between a lane's steps (the search ran the L2 at 68% of
+#: its peak, ncu 2026-11-26 run 85). Same lists. Not yet measured.
 GRID_XY_INTERLEAVED = False
 #: Triton pipelining stages of the search kernel's loops (``None``: Triton's default).
 #: H200: 1, 2 and the default give the same kernel, 323.6 µs (2026-11-24 run 52).
