@@ -51,6 +51,26 @@ def test_env_step_timer_compiles_once_and_times_again():
     assert set(rec) == set(first) and rec["env_steps_per_s"] > 0
 
 
+def test_tag_settings_apply_and_restore():
+    """`run.apply_settings` (``--tag_settings``) sets the named module defaults, gives
+    them back as a dict and restores them; harness settings and bad ones are refused."""
+    from environments.tag_continuous import grid_knn, knn_obs
+
+    before = (grid_knn.GRID_PREP_CELL_STARTS, knn_obs.SORTED_ROWS)
+    settings, restore = run.apply_settings("gstarts=runs/wsorted=1")
+    try:
+        assert settings == {"gstarts": "runs", "wsorted": True}
+        assert (grid_knn.GRID_PREP_CELL_STARTS, knn_obs.SORTED_ROWS) == ("runs", True)
+    finally:
+        restore()
+    assert (grid_knn.GRID_PREP_CELL_STARTS, knn_obs.SORTED_ROWS) == before
+    assert run.apply_settings("")[0] == {}
+    with pytest.raises(ValueError, match="not a module setting"):
+        run.apply_settings("step=vector")
+    with pytest.raises(ValueError, match="unknown setting"):
+        run.apply_settings("nosuch=1")
+
+
 def test_training_throughput_tiny():
     config = load_config("cartpole", "tiny,a2c")
     rec = time_training(config, iterations=2, repeats=1)

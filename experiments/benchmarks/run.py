@@ -20,7 +20,9 @@ Suites:
 
 Prints a table and appends one JSON line per measurement to ``--out``.
 ``--compare=PATH[,PATH]`` reads anchor JSON lines (../shared/bench/results/*/results.jsonl)
-and prints ratios against the matching anchor figures.
+and prints ratios against the matching anchor figures. ``--tag_settings=gstarts=runs/...``
+times the suite with module settings that are not the defaults yet (named as
+`experiments.benchmarks.env_ab_probe`'s variants name them; recorded in each line).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 from absl import app, flags
@@ -116,6 +119,13 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_string(
     "compare", "", "comma-separated anchor JSONL files or globs (e.g. ../shared/bench/results/*/*)"
+)
+flags.DEFINE_string(
+    "tag_settings",
+    "",
+    "module settings for this run, as env_ab_probe's variants name them, '/'-separated "
+    "(e.g. 'gstarts=runs/wsorted=1'): a setting not yet the default timed by the suite; "
+    "each record lists them under 'settings'",
 )
 
 # (num_envs, taggers, runners, full_obs, k)
@@ -522,8 +532,40 @@ def compare(records: list[dict[str, Any]], anchors: list[dict[str, Any]]) -> lis
     return lines
 
 
+def apply_settings(text: str) -> tuple[dict[str, Any], Callable[[], None]]:
+    """Sets the module defaults named by ``text`` (`env_ab_probe.SETTINGS`, ``name=value``
+    parts joined by ``/``; the harness-only ``step`` and ``fold`` are refused: use
+    ``--tag_step_impl`` and ``--tag_fold``); returns ``(settings, restore)``."""
+    from experiments.benchmarks import env_ab_probe
+
+    _, parsed = env_ab_probe.parse_variant("pallas/" + text if text else "pallas")
+    saved = []
+    for name, value in parsed:
+        module, attr, _ = env_ab_probe.SETTINGS[name]
+        if module is None:
+            raise ValueError(f"--tag_settings: {name!r} is not a module setting")
+        saved.append((module, attr, getattr(module, attr)))
+        setattr(module, attr, value)
+
+    def restore() -> None:
+        for module, attr, value in reversed(saved):
+            setattr(module, attr, value)
+
+    return dict(parsed), restore
+
+
 def main(argv: list[str]) -> None:
     del argv
+    settings, restore = apply_settings(FLAGS.tag_settings)
+    try:
+        _main(settings)
+    finally:
+        restore()
+
+
+def _main(settings: dict[str, Any]) -> None:
+    if settings:
+        print(f"settings: {settings}")
     impls = [s for s in FLAGS.impls.split(",") if s]
     records = run_suite(
         FLAGS.suite, FLAGS.num_steps, FLAGS.repeats, impls, FLAGS.reset_mode,
@@ -554,6 +596,8 @@ def main(argv: list[str]) -> None:
     for rec in records:
         from experiments.benchmarks.timing import append_jsonl
 
+        if settings:
+            rec["settings"] = settings
         append_jsonl(FLAGS.out, rec)
     if FLAGS.compare:
         print("\nratios against anchors:")
@@ -563,4 +607,9 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    import sys
+
+    # The probes import this module for its flags and `make_tag` (`--tag_settings` loads
+    # env_ab_probe): the same module, not a second copy defining the flags again.
+    sys.modules.setdefault("experiments.benchmarks.run", sys.modules[__name__])
     app.run(main)
