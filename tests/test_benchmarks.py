@@ -33,8 +33,10 @@ def test_env_suite_quick_and_compare(tmp_path):
 
 def test_env_step_timer_compiles_once_and_times_again():
     """`timing.EnvStepTimer`: compiled once when built, then timed as often as asked with
-    that same executable (no host transfer: `time_compiled`'s guard), each record valid;
-    `time_env_steps` gives the same kind of record."""
+    that same executable (no host transfer: `time_compiled`'s guard; a repeated timing
+    compiles nothing), each record valid; `time_env_steps` gives the same kind of record."""
+    import jax
+
     import jaxdrive
     from experiments.benchmarks import timing
 
@@ -42,6 +44,14 @@ def test_env_step_timer_compiles_once_and_times_again():
     timer = timing.EnvStepTimer(env, params, num_envs=4, num_steps=3)
     compiled = timer._compiled
     first, second = timer.time(repeats=2), timer.time(repeats=1)
+    compiles = []
+    listener = lambda event, *_, **__: compiles.append(event)
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        timer.time(repeats=1)  # the same sizes again: nothing to compile
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert "/jax/core/compile/backend_compile_duration" not in compiles, compiles
     assert timer._compiled is compiled
     for rec in (first, second):
         assert rec["env_steps_per_s"] > 0 and rec["num_steps"] == 3 and rec["num_envs"] == 4

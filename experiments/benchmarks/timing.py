@@ -154,7 +154,7 @@ class EnvStepTimer:
             holder["i"] = (holder["i"] + 1) % len(keys)
             return self._compiled(keys[holder["i"]], self._state, self._ts)
 
-        first, times = time_compiled(call, repeats)
+        _, times = time_compiled(call, repeats)
         profile_call(call, profile_dir)
         med = statistics.median(times)
         n, t, agents = self._num_envs, self._num_steps, self._env.total_agents

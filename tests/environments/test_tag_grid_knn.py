@@ -202,7 +202,7 @@ def test_grid_prep_cell_starts_forms_agree(monkeypatch):
 @pytest.mark.parametrize("queries", grid_knn.GRID_QUERIES)
 def test_grid_interleaved_positions_match_reference(monkeypatch, queries):
     """`grid_knn.GRID_XY_INTERLEAVED` (the sorted positions as one ``[4·MP]`` array of
-    pairs): the same lists, and the spatial order with them."""
+    pairs): the same lists."""
     monkeypatch.setattr(grid_knn, "GRID_XY_INTERLEAVED", True)
     x, y, g = make_states(100, KINDS, seed=6)
     ref_idx, ref_valid = map(np.asarray, _reference(7)(x, y, g))
@@ -376,30 +376,22 @@ def test_sorted_writer_rows_keep_the_env_results(tag_states, monkeypatch):
     import jaxdrive
     from environments.tag_continuous import knn_obs
     from experiments.benchmarks.knn_obs_probe import make_env
+    from tests.environments.tag_helpers import assert_bitwise
 
     _, params, _, stepped = tag_states
-    keys = jax.random.split(jax.random.key(7), 2)
-    for step_impl in ("vector",):
-        env, _ = make_env(5, 251, 10, "pallas", step_impl=step_impl)
-        actions = jax.vmap(env.sample_actions)(keys)
+    env, _ = make_env(5, 251, 10, "pallas", step_impl="vector")
+    actions = jax.vmap(env.sample_actions)(jax.random.split(jax.random.key(7), 2))
 
-        def step(e=env, a=actions):
-            venv = jaxdrive.vectorize(e, 2)
-            out = jax.jit(venv.step)(jax.random.key(8), stepped, a, params)
-            return jax.tree.map(np.asarray, out)
+    def step():
+        venv = jaxdrive.vectorize(env, 2)
+        return jax.jit(venv.step)(jax.random.key(8), stepped, actions, params)
 
-        monkeypatch.setattr(knn_obs, "SORTED_ROWS", False)
-        assert not env._sorted_rows()
-        ref = step()
-        monkeypatch.setattr(knn_obs, "SORTED_ROWS", True)
-        assert env._sorted_rows()
-        got = step()
-        for i, (a, b) in enumerate(zip(jax.tree.leaves(got), jax.tree.leaves(ref), strict=True)):
-            np.testing.assert_array_equal(
-                a.view(np.uint32) if a.dtype == np.float32 else a,
-                b.view(np.uint32) if b.dtype == np.float32 else b,
-                err_msg=f"{step_impl} leaf {i}",
-            )
+    monkeypatch.setattr(knn_obs, "SORTED_ROWS", False)
+    assert not env._sorted_rows()
+    ref = step()
+    monkeypatch.setattr(knn_obs, "SORTED_ROWS", True)
+    assert env._sorted_rows()
+    assert_bitwise(step(), ref, "sorted writer rows")
 
 
 def test_lists_with_the_spatial_order():
