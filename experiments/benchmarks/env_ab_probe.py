@@ -19,7 +19,8 @@ values), ``prep`` = `kernels.PREP_IMPL`, ``psort`` = `kernels.PREP_SORT`, ``psbi
 `kernels.CHUNK_ORDER`, ``elements`` = `vector_step.DEFAULT_ELEMENTS`, ``warps`` =
 `vector_step.DEFAULT_WARPS`, ``table`` = `vector_step.TABLE_STORE`, ``tpos`` =
 `vector_step.TAGGER_POSITIONS`, ``tpacked`` = `vector_step.PACKED_COUNTS`, ``draws`` =
-`env.RESET_DRAWS_IN_KERNEL`, ``skip`` = `kernels.PACKED_SKIP_DISTINCT` as 1 or 0,
+`env.RESET_DRAWS_IN_KERNEL`, ``skip`` = `kernels.PACKED_SKIP_DISTINCT` as 1 or 0, ``lstore`` =
+`kernels.LIST_STORE`,
 ``pwarps`` = `kernels.PREP_WARPS`, ``gpbool`` = `grid_knn.GRID_PREP_BOOL`, ``glrows`` =
 `grid_knn.GRID_LANE_ROWS`, ``vtable`` = `env.VECTOR_TABLE`, ``wlayout`` =
 `knn_obs.LAYOUT`, ``wrows`` = `knn_obs.COLS_ROWS`, ``wsorted`` = `knn_obs.SORTED_ROWS`,
@@ -102,6 +103,7 @@ SETTINGS = {
     "tpos": (vector_step, "TAGGER_POSITIONS", vector_step.TAGGER_POSITION_FORMS),  # taggers'
     "tpacked": (vector_step, "PACKED_COUNTS", "bool"),  # batched step: bit-field row sums
     "draws": (tag_env, "RESET_DRAWS_IN_KERNEL", "bool"),  # batched step: reset's uniforms
+    "lstore": (kernels, "LIST_STORE", kernels.LIST_STORES),  # searches' list stores
     "skip": (kernels, "PACKED_SKIP_DISTINCT", "bool"),  # packed search: re-sort's skip
     "pwarps": (kernels, "PREP_WARPS", "pow2"),  # sorted search's preparation: Triton warps
     "fallback": (kernels, "_SORTED_EXACT_FALLBACK", "bool"),  # ablation: 0 = wrong lists

@@ -411,3 +411,28 @@ def test_lists_with_the_spatial_order():
         assert (np.diff(order[n][n_in:]) > 0).all()
     with pytest.raises(ValueError, match="needs the grid search"):
         kernels.nearest_k_lists_ordered(x[0, :50], y[0, :50], g[0, :50], 6)
+
+
+@pytest.mark.parametrize("form", kernels.LIST_STORES)
+@pytest.mark.parametrize("method", ["brute", "sorted", "grid"])
+def test_list_store_forms_match_reference(monkeypatch, method, form):
+    """Both `kernels.LIST_STORE` forms (one store per slot, or each program's lists as
+    one ``[BM, 8]`` tile store, ``k = 7`` of 8 columns, padding lanes masked): every
+    search gives the reference's lists."""
+    monkeypatch.setattr(kernels, "LIST_STORE", form)
+    x, y, g = make_states(100, KINDS[:6], seed=8)
+    ref_idx, ref_valid = map(np.asarray, _reference(7)(x, y, g))
+    if method == "grid":
+        fn = jax.jit(lambda a, b, c: grid_knn.nearest_k_grid_batched(a, b, c, 7, queries="in_game"))
+        ref_idx, ref_valid = _in_game_rows(ref_idx, ref_valid, g)
+    else:
+        fn = jax.jit(lambda a, b, c: kernels.nearest_k_batched(a, b, c, 7, method=method))
+    idx, valid = map(np.asarray, fn(x, y, g))
+    assert_same(idx, valid, ref_idx, ref_valid, f"{form} list store, {method}")
+
+
+def test_unknown_list_store_raises(monkeypatch):
+    monkeypatch.setattr(kernels, "LIST_STORE", "rows")
+    x, y, g = make_states(40, KINDS[:1], seed=1)
+    with pytest.raises(ValueError, match="LIST_STORE"):
+        grid_knn.nearest_k_grid_batched(x, y, g, 3)

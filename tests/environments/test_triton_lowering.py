@@ -70,6 +70,21 @@ def test_grid_search_lowers_to_triton(queries: str, u: int) -> None:
     assert _lowered_triton_calls(stats, x, y, g) == 2
 
 
+@pytest.mark.parametrize("method", ["brute", "sorted", "grid"])
+def test_lane_list_stores_lower_to_triton(monkeypatch, method: str) -> None:
+    """`kernels.LIST_STORE` ``"lanes"`` (the default's tile store lowers in the tests
+    above): each search's lists as one store per slot."""
+    monkeypatch.setattr(kernels, "LIST_STORE", "lanes")
+    x, y, g = _positions()
+    if method == "grid":
+        fn = lambda x, y, g: grid_knn.nearest_k_grid_batched(x, y, g, K, interpret=False)
+        calls = 2
+    else:
+        fn = lambda x, y, g: kernels.nearest_k_batched(x, y, g, K, method=method, interpret=False)
+        calls = SORTED_CALLS if method == "sorted" else 1
+    assert _lowered_triton_calls(fn, x, y, g) == calls
+
+
 def test_grid_row_segments_lower_to_triton(monkeypatch) -> None:
     """The grid search with `grid_knn.GRID_LANE_ROWS` off (phase 1 row by row), the
     preparation's cell starts from the runs of equal keys (`GRID_PREP_CELL_STARTS`) and
