@@ -22,7 +22,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Box", "Discrete", "MultiDiscrete", "Space"]
+__all__ = [
+    "MULTI_DISCRETE_DRAW",
+    "MULTI_DISCRETE_DRAWS",
+    "Box",
+    "Discrete",
+    "MultiDiscrete",
+    "Space",
+]
 
 
 class Space:
@@ -85,6 +92,14 @@ class Discrete(Space):
         return hash(("Discrete", self.n))
 
 
+#: How `MultiDiscrete.sample` draws (both uniform, other values): ``"joint"``, one
+#: uniform per sample decoded into its digits (one random hash per sample, then the
+#: digits stacked: XLA keeps the joint index in memory between two kernels), or
+#: ``"components"``, one uniform per component (a hash per component, one kernel).
+MULTI_DISCRETE_DRAW = "joint"
+MULTI_DISCRETE_DRAWS = ("joint", "components")
+
+
 class MultiDiscrete(Space):
     """Integer vectors with ``0 <= x[i] < nvec[i]``; ``shape == (len(nvec),)``."""
 
@@ -102,10 +117,11 @@ class MultiDiscrete(Space):
         mixed radix (last component fastest, as ``np.unravel_index(j, nvec)``). As for
         `Discrete`: exactly uniform for ``P`` a power of two, else off by at most
         ``P · 2^-23`` per vector; one draw per sample instead of one per component. For
-        ``P > 2^23`` each component draws its own ``u`` (``floor(u · nvec[i])``)."""
+        ``P > 2^23``, or with `MULTI_DISCRETE_DRAW` ``"components"``, each component
+        draws its own ``u`` (``floor(u · nvec[i])``)."""
         batch = tuple(batch_shape)
         total = math.prod(self.nvec)
-        if total > 2**23:
+        if total > 2**23 or MULTI_DISCRETE_DRAW == "components":
             u = jax.random.uniform(key, (*batch, len(self.nvec)))
             hi = jnp.asarray(self.nvec, jnp.float32)
             return jnp.minimum(jnp.floor(u * hi), hi - 1).astype(self.dtype)

@@ -215,7 +215,9 @@ def split_step_key(key: jax.Array, num_envs: int) -> tuple[jax.Array, jax.Array]
 @functools.lru_cache(maxsize=64)
 def random_policy(env: Env) -> PolicyFn:
     """A policy drawing uniform actions: ``(key, obs {g: [N, A_g, ...]}) -> actions``
-    ``{g: [N, A_g, *act_shape_g]}``, one key per group (split from ``key``).
+    ``{g: [N, A_g, *act_shape_g]}``, one key per group: split from ``key`` (one key), or
+    ``key`` itself when it is a typed key array of ``len(env.groups)`` keys, already split
+    (in a scan, split them for every step beforehand: no split kernel per step).
 
     (Tried for groups with equal spaces: one draw over all agents, sliced per group. XLA
     then writes the whole draw and copies each slice: one kernel more per step at 1000 ×
@@ -224,8 +226,16 @@ def random_policy(env: Env) -> PolicyFn:
 
     def policy(key: jax.Array, obs: dict[str, jax.Array]) -> dict[str, jax.Array]:
         n = next(iter(obs.values())).shape[0]
-        # one group: its key as given (a split is a kernel launch of its own per step)
-        keys = [key] if len(env.groups) == 1 else jax.random.split(key, len(env.groups))
+        num = len(env.groups)
+        typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+        if typed and key.ndim == 1 and key.shape[0] == num:  # one key per group, given
+            keys = [key[i] for i in range(num)]
+        elif typed and key.ndim != 0:
+            raise ValueError(
+                f"random_policy needs one key or {num} keys (one per group), got {key.shape}"
+            )
+        else:  # one group: its key as given (a split is a kernel launch of its own per step)
+            keys = [key] if num == 1 else jax.random.split(key, num)
         return {
             g: env.action_space(g).sample(k, (n, env.num_agents(g)))
             for g, k in zip(env.groups, keys, strict=True)

@@ -34,7 +34,8 @@ def test_env_suite_quick_and_compare(tmp_path):
 def test_env_step_timer_compiles_once_and_times_again():
     """`timing.EnvStepTimer`: compiled once when built, then timed as often as asked with
     that same executable (no host transfer: `time_compiled`'s guard; a repeated timing
-    compiles nothing), each record valid; `time_env_steps` gives the same kind of record."""
+    compiles nothing; the donated carry is a copy, so the reset state survives), each
+    record valid; `time_env_steps` gives the same kind of record."""
     import jax
 
     import jaxdrive
@@ -53,12 +54,46 @@ def test_env_step_timer_compiles_once_and_times_again():
         jax.monitoring.unregister_event_duration_listener(listener)
     assert "/jax/core/compile/backend_compile_duration" not in compiles, compiles
     assert timer._compiled is compiled
+    # the program donates its carry; the timer's reset state survives (each call a copy)
+    assert not any(a.is_deleted() for a in jax.tree.leaves((timer._state, timer._ts)))
     for rec in (first, second):
         assert rec["env_steps_per_s"] > 0 and rec["num_steps"] == 3 and rec["num_envs"] == 4
         assert rec["compile_s"] == round(timer.compile_s, 3)
     assert len(first["seconds_all"]) == 2 and len(second["seconds_all"]) == 1
     rec = timing.time_env_steps(env, params, 4, 3, repeats=1)
     assert set(rec) == set(first) and rec["env_steps_per_s"] > 0
+    assert rec["action_keys"] == "threefry"
+
+
+def test_env_step_timer_rbg_action_keys():
+    """``action_keys="rbg"``: the random actions drawn with rbg keys (one per step,
+    seeded from the threefry keys) are valid Tag actions that differ from the threefry
+    ones; an unknown PRNG name raises."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import jaxdrive
+    from experiments.benchmarks import timing
+
+    env, params = jaxdrive.make("CartPole-v1")
+    rec = timing.time_env_steps(env, params, 4, 3, repeats=1, action_keys="rbg")
+    assert rec["action_keys"] == "rbg" and rec["env_steps_per_s"] > 0
+    with pytest.raises(ValueError, match="action_keys must be one of"):
+        timing.EnvStepTimer(env, params, 4, 3, action_keys="philox")
+    # the draw the harness makes with such keys: in range, not the threefry actions
+    tag, _ = run.make_tag(2, 6, False, 3, "jax", "auto", "auto")
+    policy = jaxdrive.random_policy(tag)
+    obs = {g: jnp.zeros((8, tag.num_agents(g), 1)) for g in tag.groups}
+    key = jax.random.key(3)
+    bits = jax.random.bits(key, (4,), jnp.uint32)
+    rbg = policy(jax.random.wrap_key_data(bits, impl="rbg"), obs)
+    ref = policy(key, obs)
+    for g in tag.groups:
+        a = np.asarray(rbg[g])
+        assert a.shape == ref[g].shape and a.dtype == ref[g].dtype
+        assert tag.action_space(g).contains(a)
+    assert any(not np.array_equal(rbg[g], ref[g]) for g in tag.groups)
 
 
 def test_tag_settings_apply_and_restore():

@@ -56,6 +56,25 @@ def test_multidiscrete_sample_is_uniform_over_the_product():
     np.testing.assert_array_equal(x, np.stack(np.unravel_index(j, nvec), -1))
 
 
+def test_multidiscrete_component_draws_are_uniform(monkeypatch):
+    """`spaces.MULTI_DISCRETE_DRAW` ``"components"``: one uniform per component, each
+    ``floor(u · n)``; every vector of 3 × 5 equally likely, shapes and dtypes kept."""
+    from jaxdrive import spaces
+
+    monkeypatch.setattr(spaces, "MULTI_DISCRETE_DRAW", "components")
+    nvec, n = (3, 5), 150_000
+    x = np.asarray(MultiDiscrete(nvec).sample(jax.random.key(7), (n,)))
+    counts = np.zeros(nvec)
+    np.add.at(counts, (x[:, 0], x[:, 1]), 1)
+    expected = n / np.prod(nvec)
+    assert float(np.sum((counts - expected) ** 2 / expected)) < 54.6  # as above
+    u = np.asarray(jax.random.uniform(jax.random.key(7), (n, 2)))
+    np.testing.assert_array_equal(x, np.floor(u * np.asarray(nvec)).astype(np.int64))
+    y = MultiDiscrete([21, 21], jnp.uint8).sample(jax.random.key(1), (4, 3))
+    assert y.shape == (4, 3, 2) and y.dtype == jnp.uint8
+    assert bool(MultiDiscrete([21, 21]).contains(y.astype(jnp.int32)))
+
+
 @pytest.mark.parametrize("nvec", [(3, 7, 5), (1, 9), (21, 21), (4097, 4097)])
 def test_multidiscrete_sample_odd_sizes_in_range(nvec):
     # (4097, 4097): P > 2^23, one uniform per component
@@ -278,6 +297,12 @@ def test_random_policy_groups_draw_independently():
     # a key per group, split from the policy's key
     k_red, _ = jax.random.split(key)
     np.testing.assert_array_equal(red, np.asarray(Discrete(3).sample(k_red, (64, 4))))
+    # or the groups' keys given, already split: the same draws
+    given = jaxdrive.random_policy(env)(jax.random.split(key), obs)
+    for g in env.groups:
+        np.testing.assert_array_equal(np.asarray(given[g]), np.asarray(acts[g]))
+    with pytest.raises(ValueError, match="one key or 2 keys"):
+        jaxdrive.random_policy(env)(jax.random.split(key, 3), obs)
 
 
 def test_random_policy_distinct_spaces_per_group():

@@ -138,8 +138,13 @@ TABLE_STORE_FORMS = ("tile", "strided")
 #: H200, the kernel in the env at 2000 × (5+995), 16 warps: 83.6 µs (reduce) and 86.7
 #: (recompute); at 1000 × (10+100) recomputing ten taggers in programs of 256 elements
 #: made the step 8% slower (2026-11-25 runs 79-80).
-TAGGER_POSITIONS = "reduce"
-TAGGER_POSITION_FORMS = ("recompute", "reduce")
+#: ``"scratch"``: the taggers' lanes store their new positions in a small ``[N·2·T]``
+#: scratch output, and after one barrier every lane loads them (the same address across
+#: a row: broadcast loads), instead of two row reductions (each with its own barriers)
+#: per tagger. Same bits. H100, 2000 × (5+995): 92.8 → 88.0 µs (62 registers), the step
+#: −0.4%; 1000 × (10+100): 9.9 → 10.1 µs, the step within noise (2026-11-26 run 97).
+TAGGER_POSITIONS = "scratch"
+TAGGER_POSITION_FORMS = ("recompute", "reduce", "scratch")
 #: With the taggers unrolled: the per-tagger tag counts and the runners left summed as
 #: bit fields of a few int32 row sums (``⌊31 / b⌋`` fields of ``b = bit_length(R)`` bits
 #: each: no field can overflow), instead of one row sum each; the tags are the counts'
@@ -246,6 +251,7 @@ def _vector_kernel(
     search_refs = refs[:4] if mq else None  # xq, yq, xc, yc
     del refs[: 4 if mq else 0]
     tab_ref = refs.pop(0) if table_out else None
+    tpos_ref = refs.pop(0) if TAGGER_POSITIONS == "scratch" else None
     f32 = jnp.float32
     fz = f32(0.0)
     mul = (lambda a, b: _fence(a * b)) if fence else (lambda a, b: a * b)
@@ -337,8 +343,20 @@ def _vector_kernel(
     step_reward = jnp.where(is_t, param("step_penalty_for_tagger"), param("step_reward_for_runner"))
     reward = jnp.where(g, mul(param("edge_hit_penalty"), crossed.astype(f32)) + step_reward, fz)
 
+    if tpos_ref is not None:  # the taggers' new positions, visible to the whole program
+        tp = env * (2 * nt) + pt  # [E, MP]: the tagger lane's slot (pt = 2·its index)
+        pl_triton.store(tpos_ref.at[jnp.where(mt, tp, n * 2 * nt + row * mp + lane)], x, mask=mt)
+        pl_triton.store(
+            tpos_ref.at[jnp.where(mt, tp + 1, n * 2 * nt + row * mp + lane)], y, mask=mt
+        )
+        if not interpret:
+            pl_triton.debug_barrier()
+
     def tagger_xy(j, tid):
         """``[E, 1]``: tagger ``j``'s (id ``tid``) new position in each env."""
+        if tpos_ref is not None:
+            base = env1 * (2 * nt) + 2 * j
+            return tpos_ref[base], tpos_ref[base + 1]
         if TAGGER_POSITIONS == "reduce":  # a masked max over the row (exact)
             here = lane == tid
             xt = jnp.max(jnp.where(here, x, -jnp.inf), axis=1, keepdims=True)
@@ -738,6 +756,12 @@ def tag_vector_step(
         out_shape += [sds((n * mq,), f32)] * 2 + [sds((n * mc,), f32)] * 2
     if feature_table:
         out_shape.append(sds((n * m * TABLE_ROW,), f32))
+    if TAGGER_POSITIONS not in TAGGER_POSITION_FORMS:
+        raise ValueError(
+            f"TAGGER_POSITIONS must be one of {TAGGER_POSITION_FORMS}, got {TAGGER_POSITIONS!r}"
+        )
+    if TAGGER_POSITIONS == "scratch":
+        out_shape.append(sds((n * 2 * nt,), f32))  # the taggers' new positions (scratch)
     extra = 4 * (2 * mq + 2 * mc) + (4 * m * TABLE_ROW if feature_table else 0)
     outs = pl.pallas_call(
         kernel,

@@ -29,7 +29,10 @@ for None) (the grid's settings ``g…`` are listed in `SETTINGS`), and the probe
 ablation ``fallback`` =
 `kernels._SORTED_EXACT_FALLBACK`, whose 0 gives wrong lists where packed keys collide),
 restored afterwards, the env's ``step`` (``step_impl``) and the harness's ``fold``
-(`time_env_steps`'s, 1 or 0). ``block``, ``opaque``, ``wtime`` and ``wablate`` set the
+(`time_env_steps`'s, 1 or 0) and ``akeys`` (its ``action_keys``: threefry or rbg);
+``mdraw`` = `jaxdrive.spaces.MULTI_DISCRETE_DRAW` (the random actions' draw);
+``tpos=scratch``: the batched step's taggers' positions through a scratch.
+``block``, ``opaque``, ``wtime`` and ``wablate`` set the
 flat writer's knobs: pair them with ``wlayout=flat`` (the default writer is the
 column-tile layout; ``wablate`` with it is an error). The variants run in turn
 ``--rounds`` times, so drift over time shows as the spread of one variant's rounds, not
@@ -63,6 +66,7 @@ from environments.tag_continuous import env as tag_env
 from environments.tag_continuous import grid_knn, kernels, knn_obs, vector_step
 from experiments.benchmarks.knn_obs_probe import check_states, compare, make_env, parse_config
 from experiments.benchmarks.timing import EnvStepTimer, append_jsonl, device_info
+from jaxdrive import spaces
 
 __all__ = ["build_variant", "define_flags", "parse_variant", "probe", "run_variant"]
 
@@ -123,6 +127,8 @@ SETTINGS = {
     "vtable": (tag_env, "VECTOR_TABLE", "bool"),  # batched kernel: the writer's table
     "step": (None, "step_impl", ("auto", "xla", "pallas", "vector")),  # env's step_impl
     "fold": (None, "fold", ("1", "0")),  # the harness's output folds
+    "akeys": (None, "action_keys", ("threefry", "rbg")),  # the harness's action PRNG
+    "mdraw": (spaces, "MULTI_DISCRETE_DRAW", spaces.MULTI_DISCRETE_DRAWS),  # random actions
 }
 
 
@@ -209,7 +215,10 @@ def build_variant(
             setattr(*SETTINGS[name][:2], value)
         env, params = make_env(t, r, k, form, step_impl=given.get("step", "auto"))
         obs = _observations_after(env, params, n, check_steps) if check_steps else None
-        timer = EnvStepTimer(env, params, n, num_steps, fold=given.get("fold", "1") == "1")
+        timer = EnvStepTimer(
+            env, params, n, num_steps, fold=given.get("fold", "1") == "1",
+            action_keys=given.get("akeys", "threefry"),
+        )  # fmt: skip
     finally:
         for (module, attr, _), value in reversed(saved):
             setattr(module, attr, value)

@@ -1,8 +1,9 @@
 """Timing helpers for the benchmarks: env-only stepping and training throughput.
 
 Env-only stepping: one jitted program resets ``N`` envs (outside the timed region),
-then runs a `lax.scan` of ``T`` steps; the ``[T, 2]`` per-step keys (actions, env) are
-split once before the scan, in the same program (no split kernel per step). Each step
+then runs a `lax.scan` of ``T`` steps; the ``[T, G + 1]`` per-step keys (each of the ``G``
+groups' actions, the env) are split once before the scan, in the same program (no split
+kernel per step; `jaxdrive.random_policy` takes the groups' keys as given). Each step
 draws uniform random actions on the device, steps every env (auto-reset on), and carries
 the state and the whole timestep (observations, rewards, flags, extras) to the next step
 and out of the program, so nothing the env computes is dead-code-eliminated: every
@@ -12,12 +13,16 @@ observations' time column and the done flags into a scalar of the carry: extra
 reductions that cost the harness ≈ 15% of a Tag step at 1000 × (10+100) on an H200
 (`experiments/benchmarks/NOTES.md`); ``fold=False`` times the env's own work only.
 Compile is excluded; the figure is the median over ``repeats`` timed calls, each ended by
-``block_until_ready``. No host transfer happens inside a timed call.
+``block_until_ready``. No host transfer happens inside a timed call. The program donates
+its initial carry (the reset state and timestep), so the scan does not copy it first;
+each call gets its own device copy, made before its clock starts (since 2026-11-26:
+earlier figures include that copy, ≈ 3 µs per step at 2000 × (5+995) and 100 steps).
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import platform
@@ -32,6 +37,7 @@ import jax.numpy as jnp
 import jaxdrive
 
 __all__ = [
+    "ACTION_KEYS",
     "EnvStepTimer",
     "append_jsonl",
     "device_info",
@@ -40,6 +46,12 @@ __all__ = [
     "time_compiled",
     "time_env_steps",
 ]
+
+
+#: The random actions' keys: ``"threefry"`` (JAX's default PRNG, split from the call's
+#: key), or ``"rbg"`` (XLA's ``RngBitGenerator``, one key per step seeded from the
+#: threefry keys before the scan). The env's own keys (its resets) stay threefry.
+ACTION_KEYS = ("threefry", "rbg")
 
 
 def device_info() -> dict[str, Any]:
@@ -64,33 +76,47 @@ def peak_memory_bytes() -> int | None:
     return None if not stats else int(stats.get("peak_bytes_in_use", 0))
 
 
-def time_compiled(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float]]:
+def time_compiled(
+    fn: Callable[..., Any], repeats: int, prepare: Callable[[], Any] | None = None
+) -> tuple[float, list[float]]:
     """Calls ``fn`` once (compile + warm-up) then ``repeats`` times; returns
     ``(first_call_seconds, [seconds per timed call])``.
 
     The timed calls run under ``jax.transfer_guard("disallow")``: a host↔device copy
     inside them (an argument built on the host, a value read back) raises instead of
     being timed. ``fn`` should call an AOT-compiled executable, which cannot retrace.
+    With ``prepare``, each call is ``fn(prepare())``, and ``prepare()`` (e.g. fresh
+    copies of arguments that ``fn`` donates) runs and completes before the clock starts.
     """
+
+    def ready() -> tuple[Any, ...]:
+        return () if prepare is None else (jax.block_until_ready(prepare()),)
+
+    args = ready()
     t0 = time.perf_counter()
-    jax.block_until_ready(fn())
+    jax.block_until_ready(fn(*args))
     first = time.perf_counter() - t0
     times = []
     with jax.transfer_guard("disallow"):
         for _ in range(repeats):
+            args = ready()
             t0 = time.perf_counter()
-            jax.block_until_ready(fn())
+            jax.block_until_ready(fn(*args))
             times.append(time.perf_counter() - t0)
     return first, times
 
 
-def profile_call(fn: Callable[[], Any], profile_dir: str | None) -> None:
-    """Calls ``fn`` once more under `jax.profiler.trace` into ``profile_dir`` (no-op
-    when ``None``); `experiments.benchmarks.profile` summarises the trace."""
+def profile_call(
+    fn: Callable[..., Any], profile_dir: str | None, prepare: Callable[[], Any] | None = None
+) -> None:
+    """Calls ``fn`` (``fn(prepare())`` with ``prepare``, prepared before the trace) once
+    more under `jax.profiler.trace` into ``profile_dir`` (no-op when ``None``);
+    `experiments.benchmarks.profile` summarises the trace."""
     if profile_dir is None:
         return
+    args = () if prepare is None else (jax.block_until_ready(prepare()),)
     with jax.profiler.trace(profile_dir):
-        jax.block_until_ready(fn())
+        jax.block_until_ready(fn(*args))
 
 
 class EnvStepTimer:
@@ -109,7 +135,10 @@ class EnvStepTimer:
         auto_reset: bool = True,
         reset_mode: str = "auto",
         fold: bool = True,
+        action_keys: str = "threefry",
     ) -> None:
+        if action_keys not in ACTION_KEYS:
+            raise ValueError(f"action_keys must be one of {ACTION_KEYS}, got {action_keys!r}")
         venv = jaxdrive.vectorize(env, num_envs, auto_reset=auto_reset, reset_mode=reset_mode)
         policy = jaxdrive.random_policy(env)
 
@@ -117,22 +146,32 @@ class EnvStepTimer:
         def reset(key):
             return venv.reset(key, params)
 
-        @jax.jit
+        # The initial carry is donated: the scan updates it in place instead of first
+        # copying it (568 MB of observations at 2000 × (5+995)); `time` hands each call
+        # its own copy, made before the clock starts.
+        @functools.partial(jax.jit, donate_argnums=(1, 2))
         def run(key, state, ts):
             def body(carry, k):
-                state, ts, acc = carry
-                actions = policy(k[0], ts.obs)
-                state, ts = venv.step(k[1], state, actions, params)
+                state, ts, *acc = carry  # acc: the fold's scalar, only with `fold`
+                ka, ke = k
+                actions = policy(ka, ts.obs)
+                state, ts = venv.step(ke, state, actions, params)
                 if fold:
-                    acc = acc + sum(jnp.sum(r) for r in ts.reward.values())
-                    acc = acc + sum(jnp.sum(o[:, :, -1]) for o in ts.obs.values())
-                    acc = acc + jnp.sum(ts.done)
-                return (state, ts, acc), None
+                    a = acc[0] + sum(jnp.sum(r) for r in ts.reward.values())
+                    a = a + sum(jnp.sum(o[:, :, -1]) for o in ts.obs.values())
+                    acc = [a + jnp.sum(ts.done)]
+                return (state, ts, *acc), None
 
-            keys = jax.random.split(key, (num_steps, 2))  # [T, 2]: (actions, env) per step
-            init = (state, ts, jnp.zeros((), jnp.float32))
-            (state, ts, acc), _ = jax.lax.scan(body, init, keys)
-            return state, ts, acc
+            # [T, G + 1]: each group's action key and the env's, per step, split once here
+            groups = len(env.groups)
+            keys = jax.random.split(key, (num_steps, groups + 1))
+            akeys, ekeys = keys[:, :groups], keys[:, groups]
+            if action_keys == "rbg":  # [T, G] rbg keys seeded from the threefry ones
+                bits = jax.vmap(jax.vmap(lambda kk: jax.random.bits(kk, (4,), jnp.uint32)))(akeys)
+                akeys = jax.random.wrap_key_data(bits, impl="rbg")
+            init = (state, ts, jnp.zeros((), jnp.float32)) if fold else (state, ts)
+            carry, _ = jax.lax.scan(body, init, (akeys, ekeys))
+            return carry if fold else (*carry, jnp.zeros((), jnp.float32))
 
         self._state, self._ts = jax.block_until_ready(reset(jax.random.key(seed)))
         t0 = time.perf_counter()
@@ -140,6 +179,7 @@ class EnvStepTimer:
         self.compile_s = time.perf_counter() - t0
         self._seed = seed
         self._env, self._num_envs, self._num_steps, self._fold = env, num_envs, num_steps, fold
+        self._action_keys = action_keys
 
     def time(self, repeats: int = 5, profile_dir: str | None = None) -> dict[str, Any]:
         """Times ``repeats`` calls of the compiled scan (after one warm-up call), each
@@ -150,12 +190,15 @@ class EnvStepTimer:
         keys = [keys[i] for i in range(repeats + 2)]
         holder = {"i": 0}
 
-        def call():
-            holder["i"] = (holder["i"] + 1) % len(keys)
-            return self._compiled(keys[holder["i"]], self._state, self._ts)
+        def fresh():  # the donated carry: a copy of the reset state per call
+            return jax.tree.map(jnp.copy, (self._state, self._ts))
 
-        _, times = time_compiled(call, repeats)
-        profile_call(call, profile_dir)
+        def call(carry):
+            holder["i"] = (holder["i"] + 1) % len(keys)
+            return self._compiled(keys[holder["i"]], *carry)
+
+        _, times = time_compiled(call, repeats, prepare=fresh)
+        profile_call(call, profile_dir, prepare=fresh)
         med = statistics.median(times)
         n, t, agents = self._num_envs, self._num_steps, self._env.total_agents
         return {
@@ -171,6 +214,7 @@ class EnvStepTimer:
             "ms_per_batch_step": 1e3 * med / t,
             "peak_memory_bytes": peak_memory_bytes(),
             "fold": bool(self._fold),
+            "action_keys": self._action_keys,
             **({"_hlo": self._compiled.as_text()} if profile_dir else {}),
         }
 
@@ -186,16 +230,17 @@ def time_env_steps(
     auto_reset: bool = True,
     reset_mode: str = "auto",
     fold: bool = True,
+    action_keys: str = "threefry",
 ) -> dict[str, Any]:
     """Times env-only stepping (see the module docstring); returns a result record.
 
     With ``profile_dir``, one extra call (after the timed ones) is traced there;
     ``auto_reset=False`` times the step without the batch's reset check; ``fold``: also
-    sum outputs into a scalar each step (module docstring). One `EnvStepTimer`, timed
-    once."""
+    sum outputs into a scalar each step (module docstring); ``action_keys``: the random
+    actions' PRNG (`ACTION_KEYS`). One `EnvStepTimer`, timed once."""
     timer = EnvStepTimer(
         env, params, num_envs, num_steps, seed, auto_reset=auto_reset, reset_mode=reset_mode,
-        fold=fold,
+        fold=fold, action_keys=action_keys,
     )  # fmt: skip
     return timer.time(repeats, profile_dir)
 

@@ -108,7 +108,7 @@ def test_rollout_with_tags_and_resets() -> None:
 
 @pytest.mark.parametrize(
     ("positions", "packed"),
-    [("reduce", True), ("recompute", False)],
+    [("reduce", True), ("recompute", False), ("scratch", True)],
 )
 def test_tagging_forms(positions: str, packed: bool, monkeypatch) -> None:
     """`vector_step.TAGGER_POSITIONS` and `PACKED_COUNTS`: the same bits as the XLA step.
@@ -130,9 +130,12 @@ def test_tagging_forms(positions: str, packed: bool, monkeypatch) -> None:
     assert_bitwise(got, ref, f"positions={positions} packed={packed}")
 
 
-def test_many_taggers_loop_form() -> None:
+@pytest.mark.parametrize("positions", ["reduce", "scratch"])
+def test_many_taggers_loop_form(positions: str, monkeypatch) -> None:
     """More taggers than `vector_step.UNROLL_TAGGERS`: the tagger loops run as
-    `lax.fori_loop` over a table of ids."""
+    `lax.fori_loop` over a table of ids (the taggers' positions by row reductions or
+    from the scratch)."""
+    monkeypatch.setattr(vector_step, "TAGGER_POSITIONS", positions)
     t = vector_step.UNROLL_TAGGERS + 2
     ref_env, env = _pair(num_taggers=t, num_runners=5, num_other_agents_observed=3)
     p = env.make_params(grid_length=2.0, tagging_distance=0.3)

@@ -205,6 +205,18 @@ def test_step_kernel_lowers_to_triton(fence: bool, tagger_ids) -> None:
     ],
 )
 def test_vector_step_lowers_to_triton(tagger_ids, reset: str | None, extras: bool) -> None:
+    _lower_vector_step(tagger_ids, reset, extras)
+
+
+@pytest.mark.parametrize("unrolled", [True, False])
+def test_vector_step_scratch_positions_lower_to_triton(monkeypatch, unrolled: bool) -> None:
+    """`vector_step.TAGGER_POSITIONS` ``"scratch"``: the store, barrier and loads."""
+    monkeypatch.setattr(vector_step, "TAGGER_POSITIONS", "scratch")
+    ids = tuple(range(T)) if unrolled else tuple(range(0, 2 * (vector_step.UNROLL_TAGGERS + 1), 2))
+    _lower_vector_step(ids, "step_key", True)
+
+
+def _lower_vector_step(tagger_ids, reset: str | None, extras: bool) -> None:
     x, y, g = _positions()
     nt = len(tagger_ids)
     vals = [jnp.float32(1.0)] * len(vector_step.RAW_PARAMS)
