@@ -41,8 +41,12 @@ def test_multidiscrete_sample_in_space(nvec, seed):
     assert not bool(space.contains(x.astype(jnp.float32)))
 
 
-def test_multidiscrete_sample_is_uniform_over_the_product():
-    # one uniform per sample, decoded in mixed radix: every (a, b) of 3 x 5 equally likely
+def test_multidiscrete_sample_is_uniform_over_the_product(monkeypatch):
+    # `spaces.MULTI_DISCRETE_DRAW` "joint": one uniform per sample, decoded in mixed
+    # radix: every (a, b) of 3 x 5 equally likely
+    from jaxdrive import spaces
+
+    monkeypatch.setattr(spaces, "MULTI_DISCRETE_DRAW", "joint")
     nvec, n = (3, 5), 150_000
     x = np.asarray(MultiDiscrete(nvec).sample(jax.random.key(7), (n,)))
     counts = np.zeros(nvec)
@@ -57,8 +61,9 @@ def test_multidiscrete_sample_is_uniform_over_the_product():
 
 
 def test_multidiscrete_component_draws_are_uniform(monkeypatch):
-    """`spaces.MULTI_DISCRETE_DRAW` ``"components"``: one uniform per component, each
-    ``floor(u · n)``; every vector of 3 × 5 equally likely, shapes and dtypes kept."""
+    """`spaces.MULTI_DISCRETE_DRAW` ``"components"`` (the default): one uniform per
+    component, each ``floor(u · n)``; every vector of 3 × 5 equally likely, shapes and
+    dtypes kept."""
     from jaxdrive import spaces
 
     monkeypatch.setattr(spaces, "MULTI_DISCRETE_DRAW", "components")
