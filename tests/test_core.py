@@ -41,12 +41,15 @@ def test_multidiscrete_sample_in_space(nvec, seed):
     assert not bool(space.contains(x.astype(jnp.float32)))
 
 
-def test_multidiscrete_sample_is_uniform_over_the_product(monkeypatch):
-    # `spaces.MULTI_DISCRETE_DRAW` "joint": one uniform per sample, decoded in mixed
-    # radix: every (a, b) of 3 x 5 equally likely
+@pytest.mark.parametrize("draw", ["joint", "components"])
+def test_multidiscrete_sample_is_uniform_over_the_product(monkeypatch, draw):
+    """Both `spaces.MULTI_DISCRETE_DRAW` forms: every (a, b) of 3 × 5 equally likely.
+    ``"joint"``: one uniform per sample, decoded last component fastest (as
+    ``np.unravel_index``); ``"components"`` (the default): one uniform per component,
+    each ``floor(u · n)``."""
     from jaxdrive import spaces
 
-    monkeypatch.setattr(spaces, "MULTI_DISCRETE_DRAW", "joint")
+    monkeypatch.setattr(spaces, "MULTI_DISCRETE_DRAW", draw)
     nvec, n = (3, 5), 150_000
     x = np.asarray(MultiDiscrete(nvec).sample(jax.random.key(7), (n,)))
     counts = np.zeros(nvec)
@@ -54,30 +57,14 @@ def test_multidiscrete_sample_is_uniform_over_the_product(monkeypatch):
     expected = n / np.prod(nvec)
     chi2 = float(np.sum((counts - expected) ** 2 / expected))
     assert chi2 < 54.6  # 14 degrees of freedom: P(chi2 > 54.6) = 1e-6
-    # the joint index is decoded last component fastest (np.unravel_index order)
-    u = jax.random.uniform(jax.random.key(7), (n,))
-    j = np.minimum(np.floor(np.asarray(u) * 15), 14).astype(np.int64)
-    np.testing.assert_array_equal(x, np.stack(np.unravel_index(j, nvec), -1))
-
-
-def test_multidiscrete_component_draws_are_uniform(monkeypatch):
-    """`spaces.MULTI_DISCRETE_DRAW` ``"components"`` (the default): one uniform per
-    component, each ``floor(u · n)``; every vector of 3 × 5 equally likely, shapes and
-    dtypes kept."""
-    from jaxdrive import spaces
-
-    monkeypatch.setattr(spaces, "MULTI_DISCRETE_DRAW", "components")
-    nvec, n = (3, 5), 150_000
-    x = np.asarray(MultiDiscrete(nvec).sample(jax.random.key(7), (n,)))
-    counts = np.zeros(nvec)
-    np.add.at(counts, (x[:, 0], x[:, 1]), 1)
-    expected = n / np.prod(nvec)
-    assert float(np.sum((counts - expected) ** 2 / expected)) < 54.6  # as above
-    u = np.asarray(jax.random.uniform(jax.random.key(7), (n, 2)))
-    np.testing.assert_array_equal(x, np.floor(u * np.asarray(nvec)).astype(np.int64))
-    y = MultiDiscrete([21, 21], jnp.uint8).sample(jax.random.key(1), (4, 3))
-    assert y.shape == (4, 3, 2) and y.dtype == jnp.uint8
-    assert bool(MultiDiscrete([21, 21]).contains(y.astype(jnp.int32)))
+    if draw == "joint":
+        u = jax.random.uniform(jax.random.key(7), (n,))
+        j = np.minimum(np.floor(np.asarray(u) * 15), 14).astype(np.int64)
+        want = np.stack(np.unravel_index(j, nvec), -1)
+    else:
+        u = np.asarray(jax.random.uniform(jax.random.key(7), (n, 2)))
+        want = np.floor(u * np.asarray(nvec)).astype(np.int64)
+    np.testing.assert_array_equal(x, want)
 
 
 @pytest.mark.parametrize("nvec", [(3, 7, 5), (1, 9), (21, 21), (4097, 4097)])
