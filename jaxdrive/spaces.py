@@ -95,11 +95,14 @@ class Discrete(Space):
 #: How `MultiDiscrete.sample` draws (both uniform, other values): ``"joint"``, one
 #: uniform per sample decoded into its digits (one random hash per sample, then the
 #: digits stacked: XLA keeps the joint index in memory between two kernels), or
-#: ``"components"``, one uniform per component (a hash per component, one kernel).
+#: ``"components"``, one uniform per component (a hash per component, one kernel); or
+#: ``"hash"``, one Threefry hash per pair of components (`jaxdrive.hash_draws`: on a GPU
+#: one Pallas kernel; threefry keys only, others draw as ``"components"``). Not yet
+#: measured on a GPU (built 2026-11-26), so not the default.
 #: H100, the env-only step at 2000 × (5+995) (random actions for 2M agents of
 #: ``[21, 21]``): 0.7665 → 0.7636 ms, −0.4% (2026-11-26 run 99).
 MULTI_DISCRETE_DRAW = "components"
-MULTI_DISCRETE_DRAWS = ("joint", "components")
+MULTI_DISCRETE_DRAWS = ("joint", "components", "hash")
 
 
 class MultiDiscrete(Space):
@@ -124,7 +127,21 @@ class MultiDiscrete(Space):
         draws its own ``u`` (``floor(u · nvec[i])``)."""
         batch = tuple(batch_shape)
         total = math.prod(self.nvec)
-        if total > 2**23 or MULTI_DISCRETE_DRAW == "components":
+        if MULTI_DISCRETE_DRAW not in MULTI_DISCRETE_DRAWS:
+            raise ValueError(
+                f"MULTI_DISCRETE_DRAW must be one of {MULTI_DISCRETE_DRAWS}, "
+                f"got {MULTI_DISCRETE_DRAW!r}"
+            )
+        if (
+            MULTI_DISCRETE_DRAW == "hash"
+            and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+            and key.ndim == 0
+            and str(jax.random.key_impl(key)) == "threefry2x32"
+        ):
+            from jaxdrive import hash_draws
+
+            return hash_draws.multi_discrete(key, batch, self.nvec, self.dtype)
+        if total > 2**23 or MULTI_DISCRETE_DRAW != "joint":
             u = jax.random.uniform(key, (*batch, len(self.nvec)))
             hi = jnp.asarray(self.nvec, jnp.float32)
             return jnp.minimum(jnp.floor(u * hi), hi - 1).astype(self.dtype)

@@ -41,7 +41,7 @@ def test_multidiscrete_sample_in_space(nvec, seed):
     assert not bool(space.contains(x.astype(jnp.float32)))
 
 
-@pytest.mark.parametrize("draw", ["joint", "components"])
+@pytest.mark.parametrize("draw", ["joint", "components", "hash"])
 def test_multidiscrete_sample_is_uniform_over_the_product(monkeypatch, draw):
     """Both `spaces.MULTI_DISCRETE_DRAW` forms: every (a, b) of 3 × 5 equally likely.
     ``"joint"``: one uniform per sample, decoded last component fastest (as
@@ -61,10 +61,68 @@ def test_multidiscrete_sample_is_uniform_over_the_product(monkeypatch, draw):
         u = jax.random.uniform(jax.random.key(7), (n,))
         j = np.minimum(np.floor(np.asarray(u) * 15), 14).astype(np.int64)
         want = np.stack(np.unravel_index(j, nvec), -1)
+    elif draw == "hash":  # one hash per sample: its two words, top 23 bits each
+        b0, b1 = _threefry_numpy(jax.random.key_data(jax.random.key(7)), np.arange(n))
+        want = np.stack(
+            [
+                np.floor((w >> 9) / 2.0**23 * k).astype(np.int64)
+                for w, k in zip((b0, b1), nvec, strict=True)
+            ],
+            -1,
+        )
     else:
         u = np.asarray(jax.random.uniform(jax.random.key(7), (n, 2)))
         want = np.floor(u * np.asarray(nvec)).astype(np.int64)
     np.testing.assert_array_equal(x, want)
+
+
+def _threefry_numpy(key_data, counters):
+    """Threefry-2x32 (20 rounds) of the counters ``(0, s)``, in NumPy (an independent
+    reference for `jaxdrive.hash_draws`; jax's own primitive on ``(0, s)`` agrees)."""
+    m = np.uint64(0xFFFFFFFF)
+    k0, k1 = (np.uint64(int(v)) for v in np.asarray(key_data))
+    ks = (k0, k1, k0 ^ k1 ^ np.uint64(0x1BD11BDA))
+    x0 = (np.zeros(len(counters), np.uint64) + ks[0]) & m
+    x1 = (counters.astype(np.uint64) + ks[1]) & m
+    rot = ((13, 15, 26, 6), (17, 29, 16, 24))
+    for i in range(5):
+        for r in rot[i % 2]:
+            x0 = (x0 + x1) & m
+            x1 = ((x1 << np.uint64(r)) | (x1 >> np.uint64(32 - r))) & m
+            x1 = x0 ^ x1
+        x0 = (x0 + ks[(i + 1) % 3]) & m
+        x1 = (x1 + ks[(i + 2) % 3] + np.uint64(i + 1)) & m
+    return x0, x1
+
+
+def test_hash_draws_kernel_and_xla_agree_and_check_keys():
+    """`jaxdrive.hash_draws.multi_discrete`: the Pallas kernel (interpret mode) and the
+    XLA form give the same components (two hashes for three components, a batch that
+    is not a multiple of the block, a small dtype); jax's threefry primitive gives the
+    NumPy reference's words; keys that are not one threefry key raise."""
+    from jax.extend.random import threefry_2x32
+
+    from jaxdrive import hash_draws
+
+    key = jax.random.key(11)
+    for batch, nvec, dtype in (((37, 3), (21, 21), jnp.int32), ((70,), (3, 5, 7), jnp.uint8)):
+        got = hash_draws.multi_discrete(key, batch, nvec, dtype, use_pallas=True)
+        want = hash_draws.multi_discrete(key, batch, nvec, dtype, use_pallas=False)
+        assert got.shape == (*batch, len(nvec)) and got.dtype == dtype
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        assert bool(MultiDiscrete(nvec).contains(got.astype(jnp.int32)))
+    kd = jax.random.key_data(key)
+    s = np.arange(40, dtype=np.uint32)
+    ref = _threefry_numpy(kd, s)
+    ours = hash_draws.threefry2x32(kd[0], kd[1], jnp.zeros(40, jnp.uint32), jnp.asarray(s))
+    jaxs = threefry_2x32(kd, jnp.concatenate([jnp.zeros(40, jnp.uint32), jnp.asarray(s)]))
+    for w in range(2):
+        np.testing.assert_array_equal(np.asarray(ours[w]), ref[w].astype(np.uint32))
+        np.testing.assert_array_equal(np.asarray(jaxs[40 * w : 40 * (w + 1)]), ref[w])
+    with pytest.raises(ValueError, match="one typed key"):
+        hash_draws.multi_discrete(jax.random.split(key), (3,), (2, 2))
+    with pytest.raises(ValueError, match="threefry2x32 key"):
+        hash_draws.multi_discrete(jax.random.key(0, impl="rbg"), (3,), (2, 2))
 
 
 @pytest.mark.parametrize("nvec", [(3, 7, 5), (1, 9), (21, 21), (4097, 4097)])

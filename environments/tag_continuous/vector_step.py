@@ -65,6 +65,7 @@ from jax.experimental.pallas import triton as pl_triton
 
 from environments.tag_continuous.full_obs import _div_rn
 from environments.tag_continuous.step_kernel import _fence
+from jaxdrive.hash_draws import threefry2x32
 
 __all__ = [
     "DEFAULT_ELEMENTS",
@@ -163,28 +164,6 @@ def _next_pow2(n: int) -> int:
 def lanes(m: int) -> int:
     """``MP``: the lanes one env's ``m`` agents take in a program (next power of two, >= 2)."""
     return max(2, _next_pow2(m))
-
-
-_THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
-
-
-def threefry2x32(k0: jax.Array, k1: jax.Array, x0: jax.Array, x1: jax.Array):
-    """Threefry-2x32 with 20 rounds (jax's ``threefry2x32`` primitive) of the counters
-    ``(x0, x1)`` under the key ``(k0, k1)``; uint32 arrays of broadcastable shapes.
-    Returns the two uint32 output words. Integer operations only, so the same bits in
-    XLA, in Pallas interpret mode and in a Triton kernel."""
-    u32 = jnp.uint32
-    ks = (k0, k1, k0 ^ k1 ^ u32(0x1BD11BDA))
-    x0 = x0 + ks[0]
-    x1 = x1 + ks[1]
-    for i in range(5):
-        for r in _THREEFRY_ROTATIONS[i % 2]:
-            x0 = x0 + x1
-            x1 = (x1 << u32(r)) | (x1 >> u32(32 - r))
-            x1 = x0 ^ x1
-        x0 = x0 + ks[(i + 1) % 3]
-        x1 = x1 + ks[(i + 2) % 3] + u32(i + 1)
-    return x0, x1
 
 
 def uniform_from_key_data(k0: jax.Array, k1: jax.Array, index: jax.Array) -> jax.Array:

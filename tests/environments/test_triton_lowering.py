@@ -310,3 +310,14 @@ def test_knn_obs_cols_layout_lowers_to_triton(monkeypatch, rows, in_game_lists: 
         return jax.vmap(one)(feats, lists, g)
 
     assert _lowered_triton_calls(fn, feats, lists, g) == 1
+
+
+def test_hash_draws_lower_to_triton() -> None:
+    """`jaxdrive.hash_draws.multi_discrete`'s kernel (one and two hashes per sample)."""
+    from jaxdrive import hash_draws
+
+    for nvec in ((21, 21), (3, 5, 7)):
+        fn = lambda key, nv=nvec: hash_draws.multi_discrete(
+            key, (N, R), nv, use_pallas=True, interpret=False
+        )
+        assert _lowered_triton_calls(fn, jax.random.key(0)) == 1
