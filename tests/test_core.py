@@ -43,10 +43,10 @@ def test_multidiscrete_sample_in_space(nvec, seed):
 
 @pytest.mark.parametrize("draw", ["joint", "components", "hash"])
 def test_multidiscrete_sample_is_uniform_over_the_product(monkeypatch, draw):
-    """Both `spaces.MULTI_DISCRETE_DRAW` forms: every (a, b) of 3 × 5 equally likely.
+    """Every `spaces.MULTI_DISCRETE_DRAW` form: every (a, b) of 3 × 5 equally likely.
     ``"joint"``: one uniform per sample, decoded last component fastest (as
     ``np.unravel_index``); ``"components"`` (the default): one uniform per component,
-    each ``floor(u · n)``."""
+    each ``floor(u · n)``; ``"hash"``: both components from one Threefry hash's words."""
     from jaxdrive import spaces
 
     monkeypatch.setattr(spaces, "MULTI_DISCRETE_DRAW", draw)

@@ -322,12 +322,18 @@ def _vector_kernel(
     step_reward = jnp.where(is_t, param("step_penalty_for_tagger"), param("step_reward_for_runner"))
     reward = jnp.where(g, mul(param("edge_hit_penalty"), crossed.astype(f32)) + step_reward, fz)
 
+    # Stores are scatters at computed indices; a masked lane's index is made unique and
+    # out of range, so no two lanes name one element (interpret mode writes masked lanes
+    # back as a gather-select-scatter, where a duplicate could undo a real write).
+    spare = row * mp + lane
+
+    def at(mask, idx, size):
+        return jnp.where(mask, idx, size + spare)
+
     if tpos_ref is not None:  # the taggers' new positions, visible to the whole program
         tp = env * (2 * nt) + pt  # [E, MP]: the tagger lane's slot (pt = 2·its index)
-        pl_triton.store(tpos_ref.at[jnp.where(mt, tp, n * 2 * nt + row * mp + lane)], x, mask=mt)
-        pl_triton.store(
-            tpos_ref.at[jnp.where(mt, tp + 1, n * 2 * nt + row * mp + lane)], y, mask=mt
-        )
+        pl_triton.store(tpos_ref.at[at(mt, tp, n * 2 * nt)], x, mask=mt)
+        pl_triton.store(tpos_ref.at[at(mt, tp + 1, n * 2 * nt)], y, mask=mt)
         if not interpret:
             pl_triton.debug_barrier()
 
@@ -464,14 +470,6 @@ def _vector_kernel(
         acc = jnp.where(done, fz, acc)
         in_game = done | in_game
         t1 = jnp.where(done, 0, t1)
-
-    # Stores are scatters at computed indices; a masked lane's index is made unique and
-    # out of range, so no two lanes name one element (interpret mode writes masked lanes
-    # back as a gather-select-scatter, where a duplicate could undo a real write).
-    spare = row * mp + lane
-
-    def at(mask, idx, size):
-        return jnp.where(mask, idx, size + spare)
 
     for ref, val in (
         (xo_ref, x),

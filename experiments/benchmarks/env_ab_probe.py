@@ -30,8 +30,7 @@ ablation ``fallback`` =
 `kernels._SORTED_EXACT_FALLBACK`, whose 0 gives wrong lists where packed keys collide),
 restored afterwards, the env's ``step`` (``step_impl``) and the harness's ``fold``
 (`time_env_steps`'s, 1 or 0) and ``akeys`` (its ``action_keys``: threefry or rbg);
-``mdraw`` = `jaxdrive.spaces.MULTI_DISCRETE_DRAW` (the random actions' draw);
-``tpos=scratch``: the batched step's taggers' positions through a scratch.
+``mdraw`` = `jaxdrive.spaces.MULTI_DISCRETE_DRAW` (the random actions' draw).
 ``block``, ``opaque``, ``wtime`` and ``wablate`` set the
 flat writer's knobs: pair them with ``wlayout=flat`` (the default writer is the
 column-tile layout; ``wablate`` with it is an error). The variants run in turn
