@@ -1,4 +1,5 @@
-"""`MultiDiscrete` draws from one Threefry hash per pair of components.
+"""`MultiDiscrete` draws from counter-based hashes: one Threefry hash per pair of
+components, or one Philox hash per four.
 
 `jaxdrive.spaces.MultiDiscrete.sample` with `spaces.MULTI_DISCRETE_DRAW` ``"hash"``:
 sample ``s`` (row-major in the batch) hashes the counter ``(h, s)`` for ``h = 0, 1, …``
@@ -10,6 +11,16 @@ hashes once and writes its components together, one ``[B, C]`` tile per program;
 own draws compute a hash per element, and XLA either recomputes it for each component
 or keeps it in memory between two kernels. Elsewhere the same values come from XLA
 (integer operations and exact float steps: the same bits on every backend).
+
+With ``method="philox"`` (`spaces.MULTI_DISCRETE_DRAW` ``"philox"``) the components,
+flattened row-major (``j = s · C + c``), come four at a time from Philox-4x32-10
+(Random123's; the generator of cuRAND's Philox and of XLA's ``RngBitGenerator`` on a
+GPU) of the counter ``(j // 4, 0, 0, 0)`` under the key's two words: word ``j % 4`` is
+``w`` and the component is ``mulhi(w, n_c) = floor(w · n_c / 2^32)`` (off from uniform
+by at most ``n_c · 2^-32`` per value). A Philox round is two 32 × 32 → 64-bit multiplies
+and two three-way XORs; for 128 bits it takes about a third of Threefry's integer work
+for 64. The Triton kernel takes the high words with inline PTX (``mul.hi.u32``: Pallas
+has no ``mulhi`` for Triton); interpret mode and XLA use `jax.lax.mulhi`.
 """
 
 from __future__ import annotations
@@ -25,11 +36,29 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pl_triton
 
-__all__ = ["BLOCK", "multi_discrete", "threefry2x32"]
+__all__ = [
+    "BLOCK",
+    "METHODS",
+    "MIN_PROGRAMS",
+    "WARPS",
+    "block_size",
+    "multi_discrete",
+    "philox4x32",
+    "threefry2x32",
+]
 
-#: Samples per Pallas program.
+#: Samples per Pallas program, at most.
 BLOCK = 1024
+#: Smaller programs (down to 128 samples) until the grid has this many: a small batch
+#: spread over the GPU rather than a few programs hashing in turn.
+MIN_PROGRAMS = 512
+#: Triton warps per program.
+WARPS = 4
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_PHILOX_M = (0xD2511F53, 0xCD9E8D57)  # Random123's multipliers
+_PHILOX_W = (0x9E3779B9, 0xBB67AE85)  # its key increments (Weyl sequence)
+#: The hashes `multi_discrete` can draw from.
+METHODS = ("threefry", "philox")
 
 
 def threefry2x32(k0: jax.Array, k1: jax.Array, x0: jax.Array, x1: jax.Array):
@@ -49,6 +78,93 @@ def threefry2x32(k0: jax.Array, k1: jax.Array, x0: jax.Array, x1: jax.Array):
         x0 = x0 + ks[(i + 1) % 3]
         x1 = x1 + ks[(i + 2) % 3] + u32(i + 1)
     return x0, x1
+
+
+def _mulhilo_xla(a: jax.Array, m: int) -> tuple[jax.Array, jax.Array]:
+    """``(lo, hi)`` words of ``a · m`` (uint32 ``a``, constant ``m``) by jax ops."""
+    b = jnp.full_like(a, m)
+    return a * b, lax.mulhi(a, b)
+
+
+def _mulhilo_ptx(a: jax.Array, m: int) -> tuple[jax.Array, jax.Array]:
+    """``(lo, hi)`` words of ``a · m`` in a Triton kernel: the high word by inline PTX
+    (``mul.hi.u32``; one result per asm, as Pallas lowers them)."""
+    (hi,) = pl_triton.elementwise_inline_asm(
+        f"mul.hi.u32 $0, $1, {m};",
+        args=[a],
+        constraints="=r,r",
+        pack=1,
+        result_shape_dtypes=[jax.ShapeDtypeStruct(a.shape, jnp.int32)],  # (see _mulhi_ptx)
+    )
+    return a * jnp.uint32(m), lax.bitcast_convert_type(hi, jnp.uint32)
+
+
+def _mulhi_ptx(a: jax.Array, b: jax.Array) -> jax.Array:
+    """``floor(a · b / 2^32)`` of uint32 arrays in a Triton kernel (``mul.hi.u32``). The
+    asm's result is declared int32 and bitcast: Pallas types an unsigned asm result
+    ``ui32``, its own uint32 values signless ``i32``, and the two do not mix."""
+    (hi,) = pl_triton.elementwise_inline_asm(
+        "mul.hi.u32 $0, $1, $2;",
+        args=[a, b],
+        constraints="=r,r,r",
+        pack=1,
+        result_shape_dtypes=[jax.ShapeDtypeStruct(a.shape, jnp.int32)],
+    )
+    return lax.bitcast_convert_type(hi, jnp.uint32)
+
+
+def philox4x32(
+    k0: jax.Array, k1: jax.Array, c0: jax.Array, c1: jax.Array, c2: jax.Array, c3: jax.Array,
+    *, ptx: bool = False,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:  # fmt: skip
+    """Philox-4x32-10 (Random123) of the counters ``(c0, c1, c2, c3)`` under the key
+    ``(k0, k1)``; uint32 arrays of one shape (the key words may be scalars). Returns the
+    four uint32 output words. ``ptx``: the multiplies as inline PTX (Triton kernels)."""
+    mulhilo = _mulhilo_ptx if ptx else _mulhilo_xla
+    for r in range(10):
+        if r:
+            k0 = k0 + jnp.uint32(_PHILOX_W[0])
+            k1 = k1 + jnp.uint32(_PHILOX_W[1])
+        lo0, hi0 = mulhilo(c0, _PHILOX_M[0])
+        lo1, hi1 = mulhilo(c2, _PHILOX_M[1])
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+    return c0, c1, c2, c3
+
+
+def _philox_values(words: jax.Array, n: jax.Array, ptx: bool) -> jax.Array:
+    """``floor(words · n / 2^32)`` as int32 (uint32 arrays of one shape)."""
+    hi = _mulhi_ptx(words, n) if ptx else lax.mulhi(words, n)
+    return hi.astype(jnp.int32)
+
+
+def _sizes_of(j: jax.Array, nvec: tuple[int, ...]) -> jax.Array:
+    """``nvec[j % C]`` as uint32, for the flat component indices ``j`` (int32)."""
+    c = j % len(nvec)
+    n = jnp.full(j.shape, nvec[0], jnp.uint32)
+    for i in range(1, len(nvec)):
+        n = jnp.where(c == i, jnp.uint32(nvec[i]), n)
+    return n
+
+
+def _philox_kernel(kd_ref, out_ref, *, total: int, nvec: tuple[int, ...], groups: int,
+                   ptx: bool) -> None:  # fmt: skip
+    """``groups`` Philox hashes: their ``[G, 4]`` words mapped to components, one tile
+    store of the flat components ``4q + w`` below ``total``."""
+    q = pl.program_id(0) * groups + lax.broadcasted_iota(jnp.int32, (groups,), 0)
+    zero = jnp.zeros((groups,), jnp.uint32)
+    words = philox4x32(kd_ref[0], kd_ref[1], q.astype(jnp.uint32), zero, zero, zero, ptx=ptx)
+    col = lax.broadcasted_iota(jnp.int32, (groups, 4), 1)
+    tile = jnp.broadcast_to(words[0][:, None], (groups, 4))
+    for w in range(1, 4):
+        tile = jnp.where(col == w, words[w][:, None], tile)
+    j = q[:, None] * 4 + col
+    if 4 % len(nvec) == 0:  # the component of each column is fixed: col % C
+        n = _sizes_of(col, nvec)
+    else:
+        n = _sizes_of(j, nvec)
+    ok = j < total
+    at = jnp.where(ok, j, total + lax.broadcasted_iota(jnp.int32, ok.shape, 0) * 4 + col)
+    pl_triton.store(out_ref.at[at], _philox_values(tile, n, ptx), mask=ok)
 
 
 def _components(k0, k1, s, nvec: tuple[int, ...]) -> list[jax.Array]:
@@ -81,12 +197,22 @@ def _kernel(kd_ref, out_ref, *, count: int, nvec: tuple[int, ...], block: int) -
     pl_triton.store(out_ref.at[at], tile, mask=ok)
 
 
+def block_size(count: int) -> int:
+    """Samples per program for ``count`` samples: a power of two, at most `BLOCK`, at
+    least 32 (at least 128 where `BLOCK` allows) and no more than ``next_pow2(count)``,
+    the largest that still gives `MIN_PROGRAMS` programs."""
+    want = 1 << max(0, (-(-count // MIN_PROGRAMS) - 1).bit_length())
+    floor = min(BLOCK, 128)
+    return max(32, min(BLOCK, max(floor, want), 1 << max(0, (count - 1).bit_length())))
+
+
 def multi_discrete(
     key: jax.Array,
     batch_shape: Sequence[int],
     nvec: Sequence[int],
     dtype: Any = jnp.int32,
     *,
+    method: str = "threefry",
     use_pallas: bool | None = None,
     interpret: bool | None = None,
 ) -> jax.Array:
@@ -97,6 +223,7 @@ def multi_discrete(
       batch_shape: the samples' shape (fewer than ``2^31`` samples).
       nvec: the components' sizes, each ``>= 1``.
       dtype: the result's integer dtype.
+      method: ``"threefry"`` (a hash per pair of components) or ``"philox"`` (per four).
       use_pallas: the Pallas kernel (default: on a GPU backend) or XLA; same values.
       interpret: the kernel in Pallas interpret mode (default: off a GPU backend).
     """
@@ -111,19 +238,29 @@ def multi_discrete(
     count = math.prod(batch)
     if count >= 2**31:
         raise ValueError(f"hash draws take fewer than 2**31 samples, got {count}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    total = count * len(nvec)
+    if method == "philox" and total >= 2**31:
+        raise ValueError(f"philox draws take fewer than 2**31 components, got {total}")
     kd = jax.random.key_data(key).astype(jnp.uint32)  # [2]
     if use_pallas is None:
         use_pallas = jax.default_backend() == "gpu"
     if count == 0:
         return jnp.zeros((*batch, len(nvec)), dtype)
+    if interpret is None:
+        interpret = jax.default_backend() != "gpu"
+    if method == "philox":
+        out = _philox_draws(kd, total, nvec, use_pallas, interpret)
+        return out.reshape(*batch, len(nvec)).astype(dtype)
     if use_pallas:
-        block = min(BLOCK, max(32, 1 << (count - 1).bit_length()))
+        block = block_size(count)
         out = pl.pallas_call(
             functools.partial(_kernel, count=count, nvec=nvec, block=block),
             out_shape=jax.ShapeDtypeStruct((count * len(nvec),), jnp.int32),
             grid=(pl.cdiv(count, block),),
-            compiler_params=pl_triton.CompilerParams(num_warps=4, num_stages=1),
-            interpret=jax.default_backend() != "gpu" if interpret is None else interpret,
+            compiler_params=pl_triton.CompilerParams(num_warps=WARPS, num_stages=1),
+            interpret=interpret,
             name="hash_draws",
         )(kd)
         out = out.reshape(count, len(nvec))
@@ -131,3 +268,25 @@ def multi_discrete(
         s = jnp.arange(count, dtype=jnp.uint32)
         out = jnp.stack(_components(kd[0], kd[1], s, nvec), -1)
     return out.reshape(*batch, len(nvec)).astype(dtype)
+
+
+def _philox_draws(
+    kd: jax.Array, total: int, nvec: tuple[int, ...], use_pallas: bool, interpret: bool
+) -> jax.Array:
+    """The ``total`` flat components of the Philox draw (module doc), int32."""
+    hashes = -(-total // 4)
+    if not use_pallas:
+        q = jnp.arange(hashes, dtype=jnp.uint32)
+        zero = jnp.zeros_like(q)
+        words = jnp.stack(philox4x32(kd[0], kd[1], q, zero, zero, zero), -1).reshape(-1)
+        j = jnp.arange(total, dtype=jnp.int32)
+        return _philox_values(words[:total], _sizes_of(j, nvec), ptx=False)
+    groups = max(8, block_size(hashes))
+    return pl.pallas_call(
+        functools.partial(_philox_kernel, total=total, nvec=nvec, groups=groups, ptx=not interpret),
+        out_shape=jax.ShapeDtypeStruct((total,), jnp.int32),
+        grid=(pl.cdiv(hashes, groups),),
+        compiler_params=pl_triton.CompilerParams(num_warps=WARPS, num_stages=1),
+        interpret=interpret,
+        name="philox_draws",
+    )(kd)

@@ -97,12 +97,13 @@ class Discrete(Space):
 #: digits stacked: XLA keeps the joint index in memory between two kernels), or
 #: ``"components"``, one uniform per component (a hash per component, one kernel); or
 #: ``"hash"``, one Threefry hash per pair of components (`jaxdrive.hash_draws`: on a GPU
-#: one Pallas kernel; threefry keys only, others draw as ``"components"``). Not yet
-#: measured on a GPU (built 2026-11-26), so not the default.
+#: one Pallas kernel; threefry keys only, others draw as ``"components"``); or
+#: ``"philox"``, one Philox-4x32-10 hash per four components (`jaxdrive.hash_draws`:
+#: about a third of the integer work; threefry keys only, as ``"hash"``).
 #: H100, the env-only step at 2000 × (5+995) (random actions for 2M agents of
 #: ``[21, 21]``): 0.7665 → 0.7636 ms, −0.4% (2026-11-26 run 99).
 MULTI_DISCRETE_DRAW = "components"
-MULTI_DISCRETE_DRAWS = ("joint", "components", "hash")
+MULTI_DISCRETE_DRAWS = ("joint", "components", "hash", "philox")
 
 
 class MultiDiscrete(Space):
@@ -133,14 +134,15 @@ class MultiDiscrete(Space):
                 f"got {MULTI_DISCRETE_DRAW!r}"
             )
         if (
-            MULTI_DISCRETE_DRAW == "hash"
+            MULTI_DISCRETE_DRAW in ("hash", "philox")
             and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
             and key.ndim == 0
             and str(jax.random.key_impl(key)) == "threefry2x32"
         ):
             from jaxdrive import hash_draws
 
-            return hash_draws.multi_discrete(key, batch, self.nvec, self.dtype)
+            method = "philox" if MULTI_DISCRETE_DRAW == "philox" else "threefry"
+            return hash_draws.multi_discrete(key, batch, self.nvec, self.dtype, method=method)
         if total > 2**23 or MULTI_DISCRETE_DRAW != "joint":
             u = jax.random.uniform(key, (*batch, len(self.nvec)))
             hi = jnp.asarray(self.nvec, jnp.float32)

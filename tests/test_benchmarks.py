@@ -7,6 +7,7 @@ import json
 import pytest
 
 from experiments.benchmarks import run
+from experiments.benchmarks import settings as bench_settings
 from experiments.benchmarks.training import load_config, time_training
 
 
@@ -97,23 +98,23 @@ def test_env_step_timer_rbg_action_keys():
 
 
 def test_tag_settings_apply_and_restore():
-    """`run.apply_settings` (``--tag_settings``) sets the named module defaults, gives
+    """`settings.apply_settings` (``--tag_settings``) sets the named module defaults, gives
     them back as a dict and restores them; harness settings and bad ones are refused."""
     from environments.tag_continuous import grid_knn, knn_obs
 
     before = (grid_knn.GRID_PREP_CELL_STARTS, knn_obs.SORTED_ROWS)
-    settings, restore = run.apply_settings("gstarts=runs/wsorted=1")
+    settings, restore = bench_settings.apply_settings("gstarts=runs/wsorted=1")
     try:
         assert settings == {"gstarts": "runs", "wsorted": True}
         assert (grid_knn.GRID_PREP_CELL_STARTS, knn_obs.SORTED_ROWS) == ("runs", True)
     finally:
         restore()
     assert (grid_knn.GRID_PREP_CELL_STARTS, knn_obs.SORTED_ROWS) == before
-    assert run.apply_settings("")[0] == {}
+    assert bench_settings.apply_settings("")[0] == {}
     with pytest.raises(ValueError, match="not a module setting"):
-        run.apply_settings("step=vector")
+        bench_settings.apply_settings("step=vector")
     with pytest.raises(ValueError, match="unknown setting"):
-        run.apply_settings("nosuch=1")
+        bench_settings.apply_settings("nosuch=1")
 
 
 def test_training_throughput_tiny():
@@ -336,17 +337,34 @@ def test_profile_trace_summaries_on_cpu(tmp_path):
 @pytest.mark.slow
 def test_profile_script_tiny(tmp_path) -> None:
     """`python -m experiments.benchmarks.profile --tiny`: the 2000-env Tag target (as the
-    suite builds it, WarpDrive's settings), traced and summarised on the CPU."""
+    suite builds it, WarpDrive's settings; here with ``--settings``' Philox draws),
+    traced and summarised on the CPU."""
     import subprocess
     import sys
 
     out = subprocess.run(
         [sys.executable, "-m", "experiments.benchmarks.profile", "--tiny", "--hlo=false",
-         "--targets=tag_big", f"--trace_dir={tmp_path}", "--top=5"],
+         "--targets=tag_big", f"--trace_dir={tmp_path}", "--top=5", "--settings=mdraw=philox"],
         capture_output=True, text=True, timeout=600, check=True,
     )  # fmt: skip
     assert "== tag_big: " in out.stdout
     assert "(all)" in out.stdout
+
+
+def test_draws_probe_checks_and_times() -> None:
+    """`draws_probe`: each hash method's kernel (interpret mode here) agrees with its XLA
+    form; every draw form times to a positive figure and the module default is restored
+    (also after a bad form)."""
+    from experiments.benchmarks import draws_probe
+    from jaxdrive import spaces
+
+    draws_probe.check_kernels(37, (21, 21))
+    before = spaces.MULTI_DISCRETE_DRAW
+    for draw in spaces.MULTI_DISCRETE_DRAWS:
+        assert draws_probe.time_draws(draw, 50, (3, 5), 2, 1) > 0
+    with pytest.raises(ValueError, match="MULTI_DISCRETE_DRAW must be one of"):
+        draws_probe.time_draws("xorwow", 50, (3, 5), 2, 1)
+    assert spaces.MULTI_DISCRETE_DRAW == before
 
 
 def test_ncu_sass_summary(tmp_path) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -41,12 +44,13 @@ def test_multidiscrete_sample_in_space(nvec, seed):
     assert not bool(space.contains(x.astype(jnp.float32)))
 
 
-@pytest.mark.parametrize("draw", ["joint", "components", "hash"])
+@pytest.mark.parametrize("draw", ["joint", "components", "hash", "philox"])
 def test_multidiscrete_sample_is_uniform_over_the_product(monkeypatch, draw):
     """Every `spaces.MULTI_DISCRETE_DRAW` form: every (a, b) of 3 × 5 equally likely.
     ``"joint"``: one uniform per sample, decoded last component fastest (as
     ``np.unravel_index``); ``"components"`` (the default): one uniform per component,
-    each ``floor(u · n)``; ``"hash"``: both components from one Threefry hash's words."""
+    each ``floor(u · n)``; ``"hash"``: both components from one Threefry hash's words;
+    ``"philox"``: two samples' components from one Philox hash's four words."""
     from jaxdrive import spaces
 
     monkeypatch.setattr(spaces, "MULTI_DISCRETE_DRAW", draw)
@@ -70,6 +74,10 @@ def test_multidiscrete_sample_is_uniform_over_the_product(monkeypatch, draw):
             ],
             -1,
         )
+    elif draw == "philox":  # hash q gives flat components 4q..4q+3: floor(w * n / 2^32)
+        words = _philox_numpy(jax.random.key_data(jax.random.key(7)), np.arange(n // 2))
+        flat = np.stack(words, -1).reshape(n, 2).astype(np.uint64)
+        want = ((flat * np.asarray(nvec, np.uint64)) >> np.uint64(32)).astype(np.int64)
     else:
         u = np.asarray(jax.random.uniform(jax.random.key(7), (n, 2)))
         want = np.floor(u * np.asarray(nvec)).astype(np.int64)
@@ -95,19 +103,59 @@ def _threefry_numpy(key_data, counters):
     return x0, x1
 
 
+def _philox_numpy(key_data, counters):
+    """Philox-4x32-10 of the counters ``(q, 0, 0, 0)``, in NumPy (an independent
+    reference for `jaxdrive.hash_draws.philox4x32`, itself checked against Random123's
+    published known answers)."""
+    m = np.uint64(0xFFFFFFFF)
+    k0, k1 = (np.uint64(int(v)) for v in np.asarray(key_data))
+    c = [counters.astype(np.uint64)] + [np.zeros(len(counters), np.uint64)] * 3
+    for r in range(10):
+        if r:
+            k0, k1 = (k0 + np.uint64(0x9E3779B9)) & m, (k1 + np.uint64(0xBB67AE85)) & m
+        p0 = c[0] * np.uint64(0xD2511F53)
+        p1 = c[2] * np.uint64(0xCD9E8D57)
+        c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & m, (p0 >> np.uint64(32)) ^ c[3] ^ k1, p0 & m]
+    return c
+
+
+def test_philox_known_answers():
+    """`hash_draws.philox4x32` gives Random123's published Philox-4x32-10 known answers
+    (its kat_vectors), and the NumPy reference agrees."""
+    from jaxdrive import hash_draws
+
+    kats = (
+        ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+        ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+        (
+            (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+            (0xA4093822, 0x299F31D0),
+            (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+        ),
+    )
+    for ctr, key, want in kats:
+        u = [jnp.asarray([v], jnp.uint32) for v in (*key, *ctr)]
+        got = hash_draws.philox4x32(*u)
+        assert [int(w[0]) for w in got] == list(want)
+    ref = _philox_numpy(np.asarray([0, 0]), np.asarray([0]))
+    assert [int(w[0]) for w in ref] == list(kats[0][2])
+
+
 def test_hash_draws_kernel_and_xla_agree_and_check_keys():
-    """`jaxdrive.hash_draws.multi_discrete`: the Pallas kernel (interpret mode) and the
-    XLA form give the same components (two hashes for three components, a batch that
-    is not a multiple of the block, a small dtype); jax's threefry primitive gives the
+    """`jaxdrive.hash_draws.multi_discrete`, both methods: the Pallas kernel (interpret
+    mode) and the XLA form give the same components (two Threefry hashes for three
+    components, components that straddle Philox hashes, one component, a batch that is
+    not a multiple of the block, a small dtype); jax's threefry primitive gives the
     NumPy reference's words; keys that are not one threefry key raise."""
     from jax.extend.random import threefry_2x32
 
     from jaxdrive import hash_draws
 
     key = jax.random.key(11)
-    for batch, nvec, dtype in (((37, 3), (21, 21), jnp.int32), ((70,), (3, 5, 7), jnp.uint8)):
-        got = hash_draws.multi_discrete(key, batch, nvec, dtype, use_pallas=True)
-        want = hash_draws.multi_discrete(key, batch, nvec, dtype, use_pallas=False)
+    cases = (((37, 3), (21, 21), jnp.int32), ((70,), (3, 5, 7), jnp.uint8), ((9,), (6,), jnp.int32))
+    for (batch, nvec, dtype), method in itertools.product(cases, hash_draws.METHODS):
+        draw = functools.partial(hash_draws.multi_discrete, key, batch, nvec, dtype, method=method)
+        got, want = draw(use_pallas=True), draw(use_pallas=False)
         assert got.shape == (*batch, len(nvec)) and got.dtype == dtype
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
         assert bool(MultiDiscrete(nvec).contains(got.astype(jnp.int32)))
@@ -123,6 +171,8 @@ def test_hash_draws_kernel_and_xla_agree_and_check_keys():
         hash_draws.multi_discrete(jax.random.split(key), (3,), (2, 2))
     with pytest.raises(ValueError, match="threefry2x32 key"):
         hash_draws.multi_discrete(jax.random.key(0, impl="rbg"), (3,), (2, 2))
+    with pytest.raises(ValueError, match="method must be one of"):
+        hash_draws.multi_discrete(key, (3,), (2, 2), method="xorwow")
 
 
 @pytest.mark.parametrize("nvec", [(3, 7, 5), (1, 9), (21, 21), (4097, 4097)])

@@ -4,7 +4,8 @@
 target like the benchmark suites do, traces one more call with `jax.profiler`, and
 prints the device kernels that took the most time (total ms per traced call, launches,
 share). On a CPU (no device plane in the trace) it prints the host's XLA ops instead.
-``--tiny`` shrinks every size for a quick check.
+``--tiny`` shrinks every size for a quick check; ``--settings=mdraw=hash/...`` sets module
+defaults for the Tag targets as ``run.py --tag_settings`` does.
 
 Targets: ``tag_k10`` (1000 envs × (10+100), k = 10), ``tag_full`` (same, full
 observation), ``tag_big`` (2000 envs × (5+995), k = 10), ``tag_a2c`` and ``tag_ppo``
@@ -48,6 +49,9 @@ def define_flags() -> None:
     flags.DEFINE_bool("hlo", True, "print the top kernels' HLO instructions")
     flags.DEFINE_bool(
         "details", True, "print the top device kernels' launch details (registers, occupancy)"
+    )
+    flags.DEFINE_string(
+        "settings", "", "Tag targets: module settings as for run.py's --tag_settings (a=1/b=2)"
     )
     flags.DEFINE_multi_string(
         "override",
@@ -216,6 +220,16 @@ def main(argv: list[str]) -> None:
     unknown = [t for t in FLAGS.targets if t not in TARGETS]
     if unknown:
         raise app.UsageError(f"unknown target(s) {unknown}; targets: {', '.join(TARGETS)}")
+    from experiments.benchmarks.settings import apply_settings
+
+    _, restore = apply_settings(FLAGS.settings)
+    try:
+        _profile_all()
+    finally:
+        restore()
+
+
+def _profile_all() -> None:
     root = FLAGS.trace_dir or tempfile.mkdtemp(prefix="jaxdrive_profile_")
     for name in FLAGS.targets:
         d = os.path.join(root, name)

@@ -30,7 +30,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-from collections.abc import Callable
 from typing import Any
 
 from absl import app, flags
@@ -532,30 +531,10 @@ def compare(records: list[dict[str, Any]], anchors: list[dict[str, Any]]) -> lis
     return lines
 
 
-def apply_settings(text: str) -> tuple[dict[str, Any], Callable[[], None]]:
-    """Sets the module defaults named by ``text`` (`env_ab_probe.SETTINGS`, ``name=value``
-    parts joined by ``/``; the harness-only ``step`` and ``fold`` are refused: use
-    ``--tag_step_impl`` and ``--tag_fold``); returns ``(settings, restore)``."""
-    from experiments.benchmarks import env_ab_probe
-
-    _, parsed = env_ab_probe.parse_variant("pallas/" + text if text else "pallas")
-    saved = []
-    for name, value in parsed:
-        module, attr, _ = env_ab_probe.SETTINGS[name]
-        if module is None:
-            raise ValueError(f"--tag_settings: {name!r} is not a module setting")
-        saved.append((module, attr, getattr(module, attr)))
-        setattr(module, attr, value)
-
-    def restore() -> None:
-        for module, attr, value in reversed(saved):
-            setattr(module, attr, value)
-
-    return dict(parsed), restore
-
-
 def main(argv: list[str]) -> None:
     del argv
+    from experiments.benchmarks.settings import apply_settings
+
     settings, restore = apply_settings(FLAGS.tag_settings)
     try:
         _main(settings)

@@ -12,6 +12,8 @@ on the GPU do).
 
 from __future__ import annotations
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -313,11 +315,12 @@ def test_knn_obs_cols_layout_lowers_to_triton(monkeypatch, rows, in_game_lists: 
 
 
 def test_hash_draws_lower_to_triton() -> None:
-    """`jaxdrive.hash_draws.multi_discrete`'s kernel (one and two hashes per sample)."""
+    """`jaxdrive.hash_draws.multi_discrete`'s kernels (Threefry: one and two hashes per
+    sample; Philox, with its inline PTX multiplies: fixed and varying column sizes)."""
     from jaxdrive import hash_draws
 
-    for nvec in ((21, 21), (3, 5, 7)):
-        fn = lambda key, nv=nvec: hash_draws.multi_discrete(
-            key, (N, R), nv, use_pallas=True, interpret=False
+    for nvec, method in itertools.product(((21, 21), (3, 5, 7)), hash_draws.METHODS):
+        fn = lambda key, nv=nvec, m=method: hash_draws.multi_discrete(
+            key, (N, R), nv, use_pallas=True, interpret=False, method=m
         )
         assert _lowered_triton_calls(fn, jax.random.key(0)) == 1
