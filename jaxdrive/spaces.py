@@ -92,17 +92,19 @@ class Discrete(Space):
         return hash(("Discrete", self.n))
 
 
-#: How `MultiDiscrete.sample` draws (both uniform, other values): ``"joint"``, one
+#: How `MultiDiscrete.sample` draws (all uniform, other values): ``"joint"``, one
 #: uniform per sample decoded into its digits (one random hash per sample, then the
-#: digits stacked: XLA keeps the joint index in memory between two kernels), or
-#: ``"components"``, one uniform per component (a hash per component, one kernel); or
-#: ``"hash"``, one Threefry hash per pair of components (`jaxdrive.hash_draws`: on a GPU
-#: one Pallas kernel; threefry keys only, others draw as ``"components"``); or
-#: ``"philox"``, one Philox-4x32-10 hash per four components (`jaxdrive.hash_draws`:
-#: about a third of the integer work; threefry keys only, as ``"hash"``).
-#: H100, the env-only step at 2000 × (5+995) (random actions for 2M agents of
-#: ``[21, 21]``): 0.7665 → 0.7636 ms, −0.4% (2026-11-26 run 99).
-MULTI_DISCRETE_DRAW = "components"
+#: digits stacked: XLA keeps the joint index in memory between two kernels);
+#: ``"components"``, one uniform per component (a hash per component, one kernel);
+#: ``"hash"``, one Threefry hash per pair of components; or ``"philox"`` (the default),
+#: one Philox-4x32-10 hash per four components, about a third of Threefry's integer work
+#: per bit. Both hash forms are `jaxdrive.hash_draws`: on a GPU one Pallas kernel, and
+#: for threefry keys only (other keys draw as ``"components"``).
+#: The env-only step at 2000 × (5+995) (random actions for 2M agents of ``[21, 21]``),
+#: components → hash → philox: H100 0.7670 → 0.7571 → 0.7538 ms (2026-11-26 run 108;
+#: the draw kernel itself ~18 → ~6 µs); H200 components → hash 0.6999 → 0.6907 ms
+#: (run 105). At 1000 × (10+100) all three are within the rounds' spread (run 108).
+MULTI_DISCRETE_DRAW = "philox"
 MULTI_DISCRETE_DRAWS = ("joint", "components", "hash", "philox")
 
 
@@ -125,7 +127,8 @@ class MultiDiscrete(Space):
         `Discrete`: exactly uniform for ``P`` a power of two, else off by at most
         ``P · 2^-23`` per vector; one draw per sample instead of one per component. For
         ``P > 2^23``, or with `MULTI_DISCRETE_DRAW` ``"components"``, each component
-        draws its own ``u`` (``floor(u · nvec[i])``)."""
+        draws its own ``u`` (``floor(u · nvec[i])``); ``"hash"`` and ``"philox"`` (the
+        default) are `jaxdrive.hash_draws`' (module doc there)."""
         batch = tuple(batch_shape)
         total = math.prod(self.nvec)
         if MULTI_DISCRETE_DRAW not in MULTI_DISCRETE_DRAWS:

@@ -48,9 +48,9 @@ def test_multidiscrete_sample_in_space(nvec, seed):
 def test_multidiscrete_sample_is_uniform_over_the_product(monkeypatch, draw):
     """Every `spaces.MULTI_DISCRETE_DRAW` form: every (a, b) of 3 × 5 equally likely.
     ``"joint"``: one uniform per sample, decoded last component fastest (as
-    ``np.unravel_index``); ``"components"`` (the default): one uniform per component,
+    ``np.unravel_index``); ``"components"``: one uniform per component,
     each ``floor(u · n)``; ``"hash"``: both components from one Threefry hash's words;
-    ``"philox"``: two samples' components from one Philox hash's four words."""
+    ``"philox"`` (the default): two samples' components from one Philox hash's words."""
     from jaxdrive import spaces
 
     monkeypatch.setattr(spaces, "MULTI_DISCRETE_DRAW", draw)
@@ -145,7 +145,8 @@ def test_hash_draws_kernel_and_xla_agree_and_check_keys():
     """`jaxdrive.hash_draws.multi_discrete`, both methods: the Pallas kernel (interpret
     mode) and the XLA form give the same components (two Threefry hashes for three
     components, components that straddle Philox hashes, one component, a batch that is
-    not a multiple of the block, a small dtype); jax's threefry primitive gives the
+    not a multiple of the block, a small dtype; also vmapped over keys); jax's threefry
+    primitive gives the
     NumPy reference's words; keys that are not one threefry key raise."""
     from jax.extend.random import threefry_2x32
 
@@ -159,6 +160,12 @@ def test_hash_draws_kernel_and_xla_agree_and_check_keys():
         assert got.shape == (*batch, len(nvec)) and got.dtype == dtype
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
         assert bool(MultiDiscrete(nvec).contains(got.astype(jnp.int32)))
+        keys = jax.random.split(key, 3)  # vmapped: the kernel's grid gains the keys' axis
+        vdraw = lambda k, p: hash_draws.multi_discrete(
+            k, batch, nvec, dtype, method=method, use_pallas=p
+        )
+        vgot, vwant = (jax.vmap(functools.partial(vdraw, p=p))(keys) for p in (True, False))
+        np.testing.assert_array_equal(np.asarray(vgot), np.asarray(vwant))
     kd = jax.random.key_data(key)
     s = np.arange(40, dtype=np.uint32)
     ref = _threefry_numpy(kd, s)

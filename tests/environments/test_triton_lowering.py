@@ -316,7 +316,8 @@ def test_knn_obs_cols_layout_lowers_to_triton(monkeypatch, rows, in_game_lists: 
 
 def test_hash_draws_lower_to_triton() -> None:
     """`jaxdrive.hash_draws.multi_discrete`'s kernels (Threefry: one and two hashes per
-    sample; Philox, with its inline PTX multiplies: fixed and varying column sizes)."""
+    sample; Philox, with its inline PTX multiplies: fixed and varying column sizes),
+    alone and vmapped over keys."""
     from jaxdrive import hash_draws
 
     for nvec, method in itertools.product(((21, 21), (3, 5, 7)), hash_draws.METHODS):
@@ -324,3 +325,4 @@ def test_hash_draws_lower_to_triton() -> None:
             key, (N, R), nv, use_pallas=True, interpret=False, method=m
         )
         assert _lowered_triton_calls(fn, jax.random.key(0)) == 1
+        assert _lowered_triton_calls(jax.vmap(fn), jax.random.split(jax.random.key(0), 3)) == 1
