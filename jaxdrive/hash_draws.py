@@ -43,6 +43,7 @@ __all__ = [
     "WARPS",
     "block_size",
     "multi_discrete",
+    "multi_discrete_groups",
     "philox4x32",
     "threefry2x32",
 ]
@@ -146,25 +147,39 @@ def _sizes_of(j: jax.Array, nvec: tuple[int, ...]) -> jax.Array:
     return n
 
 
-def _philox_kernel(kd_ref, out_ref, *, total: int, nvec: tuple[int, ...], groups: int,
+def _philox_kernel(kd_ref, *out_refs, parts: tuple[tuple[Any, ...], ...], groups: int,
                    ptx: bool) -> None:  # fmt: skip
-    """``groups`` Philox hashes: their ``[G, 4]`` words mapped to components, one tile
-    store of the flat components ``4q + w`` below ``total``."""
-    q = pl.program_id(0) * groups + lax.broadcasted_iota(jnp.int32, (groups,), 0)
-    zero = jnp.zeros((groups,), jnp.uint32)
-    words = philox4x32(kd_ref[0], kd_ref[1], q.astype(jnp.uint32), zero, zero, zero, ptx=ptx)
-    col = lax.broadcasted_iota(jnp.int32, (groups, 4), 1)
-    tile = jnp.broadcast_to(words[0][:, None], (groups, 4))
-    for w in range(1, 4):
-        tile = jnp.where(col == w, words[w][:, None], tile)
-    j = q[:, None] * 4 + col
-    if 4 % len(nvec) == 0:  # the component of each column is fixed: col % C
-        n = _sizes_of(col, nvec)
-    else:
-        n = _sizes_of(j, nvec)
-    ok = j < total
-    at = jnp.where(ok, j, total + lax.broadcasted_iota(jnp.int32, ok.shape, 0) * 4 + col)
-    pl_triton.store(out_ref.at[at], _philox_values(tile, n, ptx), mask=ok)
+    """One program of the draws ``parts`` (``(total, nvec, first_program, programs)``
+    each, with its key at ``kd_ref[2i : 2i + 2]`` and its flat output ``out_refs[i]``):
+    ``groups`` Philox hashes of its part, their ``[groups, 4]`` words mapped to
+    components, one tile store of the flat components ``4q + w`` below ``total``."""
+    pid = pl.program_id(0)
+
+    def draw(i: int, total: int, nvec: tuple[int, ...], first: int) -> None:
+        q = (pid - first) * groups + lax.broadcasted_iota(jnp.int32, (groups,), 0)
+        zero = jnp.zeros((groups,), jnp.uint32)
+        k0, k1 = kd_ref[2 * i], kd_ref[2 * i + 1]
+        words = philox4x32(k0, k1, q.astype(jnp.uint32), zero, zero, zero, ptx=ptx)
+        col = lax.broadcasted_iota(jnp.int32, (groups, 4), 1)
+        tile = jnp.broadcast_to(words[0][:, None], (groups, 4))
+        for w in range(1, 4):
+            tile = jnp.where(col == w, words[w][:, None], tile)
+        j = q[:, None] * 4 + col
+        if 4 % len(nvec) == 0:  # the component of each column is fixed: col % C
+            n = _sizes_of(col, nvec)
+        else:
+            n = _sizes_of(j, nvec)
+        ok = j < total
+        at = jnp.where(ok, j, total + lax.broadcasted_iota(jnp.int32, ok.shape, 0) * 4 + col)
+        pl_triton.store(out_refs[i].at[at], _philox_values(tile, n, ptx), mask=ok)
+
+    if len(parts) == 1:
+        draw(0, *parts[0][:3])
+        return
+    for i, (total, nvec, first, programs) in enumerate(parts):
+        pl.when((pid >= first) & (pid < first + programs))(
+            functools.partial(draw, i, total, nvec, first)
+        )
 
 
 def _components(k0, k1, s, nvec: tuple[int, ...]) -> list[jax.Array]:
@@ -206,6 +221,38 @@ def block_size(count: int) -> int:
     return max(32, min(BLOCK, max(floor, want), 1 << max(0, (count - 1).bit_length())))
 
 
+def _checked(
+    key: jax.Array, batch_shape: Sequence[int], nvec: Sequence[int], method: str
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(batch, nvec)`` as int tuples, after checking the key, sizes and method."""
+    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key) or key.ndim != 0:
+        raise ValueError(f"hash draws need one typed key, got {key.dtype} {key.shape}")
+    if str(jax.random.key_impl(key)) != "threefry2x32":
+        raise ValueError(f"hash draws need a threefry2x32 key, got {jax.random.key_impl(key)}")
+    nvec = tuple(int(n) for n in nvec)
+    if not nvec or min(nvec) < 1:
+        raise ValueError(f"nvec must be non-empty with every n >= 1, got {nvec}")
+    batch = tuple(int(b) for b in batch_shape)
+    count = math.prod(batch)
+    if min(batch, default=0) < 0:
+        raise ValueError(f"batch shape must have no negative size, got {batch}")
+    if count >= 2**31:
+        raise ValueError(f"hash draws take fewer than 2**31 samples, got {count}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method == "philox" and count * len(nvec) >= 2**31:
+        raise ValueError(f"philox draws take fewer than 2**31 components, got {count * len(nvec)}")
+    return batch, nvec
+
+
+def _backend(use_pallas: bool | None, interpret: bool | None) -> tuple[bool, bool]:
+    """The defaults of ``use_pallas`` (on a GPU backend) and ``interpret`` (off one)."""
+    gpu = jax.default_backend() == "gpu"
+    return (gpu if use_pallas is None else use_pallas), (
+        not gpu if interpret is None else interpret
+    )
+
+
 def multi_discrete(
     key: jax.Array,
     batch_shape: Sequence[int],
@@ -227,31 +274,15 @@ def multi_discrete(
       use_pallas: the Pallas kernel (default: on a GPU backend) or XLA; same values.
       interpret: the kernel in Pallas interpret mode (default: off a GPU backend).
     """
-    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key) or key.ndim != 0:
-        raise ValueError(f"hash draws need one typed key, got {key.dtype} {key.shape}")
-    if str(jax.random.key_impl(key)) != "threefry2x32":
-        raise ValueError(f"hash draws need a threefry2x32 key, got {jax.random.key_impl(key)}")
-    nvec = tuple(int(n) for n in nvec)
-    if not nvec or min(nvec) < 1:
-        raise ValueError(f"nvec must be non-empty with every n >= 1, got {nvec}")
-    batch = tuple(int(b) for b in batch_shape)
+    batch, nvec = _checked(key, batch_shape, nvec, method)
     count = math.prod(batch)
-    if count >= 2**31:
-        raise ValueError(f"hash draws take fewer than 2**31 samples, got {count}")
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     total = count * len(nvec)
-    if method == "philox" and total >= 2**31:
-        raise ValueError(f"philox draws take fewer than 2**31 components, got {total}")
     kd = jax.random.key_data(key).astype(jnp.uint32)  # [2]
-    if use_pallas is None:
-        use_pallas = jax.default_backend() == "gpu"
+    use_pallas, interpret = _backend(use_pallas, interpret)
     if count == 0:
         return jnp.zeros((*batch, len(nvec)), dtype)
-    if interpret is None:
-        interpret = jax.default_backend() != "gpu"
     if method == "philox":
-        out = _philox_draws(kd, total, nvec, use_pallas, interpret)
+        (out,) = _philox_draws(kd, [total], [nvec], use_pallas, interpret)
         return out.reshape(*batch, len(nvec)).astype(dtype)
     if use_pallas:
         block = block_size(count)
@@ -271,22 +302,90 @@ def multi_discrete(
 
 
 def _philox_draws(
-    kd: jax.Array, total: int, nvec: tuple[int, ...], use_pallas: bool, interpret: bool
-) -> jax.Array:
-    """The ``total`` flat components of the Philox draw (module doc), int32."""
-    hashes = -(-total // 4)
+    kd: jax.Array,
+    totals: Sequence[int],
+    nvecs: Sequence[tuple[int, ...]],
+    use_pallas: bool,
+    interpret: bool,
+) -> tuple[jax.Array, ...]:
+    """The flat int32 components of Philox draws (module doc), ``totals[i]`` of them with
+    sizes ``nvecs[i]`` under the key ``kd[2i : 2i + 2]``; on the kernel path all of them
+    from one kernel launch."""
     if not use_pallas:
-        q = jnp.arange(hashes, dtype=jnp.uint32)
-        zero = jnp.zeros_like(q)
-        words = jnp.stack(philox4x32(kd[0], kd[1], q, zero, zero, zero), -1).reshape(-1)
-        j = jnp.arange(total, dtype=jnp.int32)
-        return _philox_values(words[:total], _sizes_of(j, nvec), ptx=False)
-    groups = max(8, block_size(hashes))
-    return pl.pallas_call(
-        functools.partial(_philox_kernel, total=total, nvec=nvec, groups=groups, ptx=not interpret),
-        out_shape=jax.ShapeDtypeStruct((total,), jnp.int32),
-        grid=(pl.cdiv(hashes, groups),),
-        compiler_params=pl_triton.CompilerParams(num_warps=WARPS, num_stages=1),
-        interpret=interpret,
-        name="philox_draws",
-    )(kd)
+        out = []
+        for i, (total, nvec) in enumerate(zip(totals, nvecs, strict=True)):
+            q = jnp.arange(-(-total // 4), dtype=jnp.uint32)
+            zero = jnp.zeros_like(q)
+            words = philox4x32(kd[2 * i], kd[2 * i + 1], q, zero, zero, zero)
+            flat = jnp.stack(words, -1).reshape(-1)[:total]
+            out.append(_philox_values(flat, _sizes_of(jnp.arange(total), nvec), ptx=False))
+        return tuple(out)
+    groups = max(8, block_size(sum(-(-t // 4) for t in totals)))
+    parts, first = [], 0
+    for total, nvec in zip(totals, nvecs, strict=True):
+        programs = pl.cdiv(-(-total // 4), groups)
+        parts.append((total, nvec, first, programs))
+        first += programs
+    kernel = functools.partial(_philox_kernel, parts=tuple(parts), groups=groups, ptx=not interpret)
+    return tuple(
+        pl.pallas_call(
+            kernel,
+            out_shape=tuple(jax.ShapeDtypeStruct((t,), jnp.int32) for t in totals),
+            grid=(first,),
+            compiler_params=pl_triton.CompilerParams(num_warps=WARPS, num_stages=1),
+            interpret=interpret,
+            name="philox_draws",
+        )(kd)
+    )
+
+
+def multi_discrete_groups(
+    keys: jax.Array,
+    batch_shapes: Sequence[Sequence[int]],
+    nvecs: Sequence[Sequence[int]],
+    dtypes: Sequence[Any],
+    *,
+    use_pallas: bool | None = None,
+    interpret: bool | None = None,
+) -> tuple[jax.Array, ...]:
+    """Several Philox draws in one kernel launch: draw ``i`` is
+    ``multi_discrete(keys[i], batch_shapes[i], nvecs[i], dtypes[i], method="philox")``,
+    the same values (e.g. every agent group's random actions of one env step).
+
+    Args:
+      keys: ``[P]`` typed threefry keys, one per draw.
+      batch_shapes, nvecs, dtypes: ``P`` each, as `multi_discrete` takes them.
+      use_pallas, interpret: as for `multi_discrete`.
+    """
+    if not jnp.issubdtype(keys.dtype, jax.dtypes.prng_key) or keys.ndim != 1:
+        raise ValueError(f"grouped draws need a [P] typed key array, got {keys.dtype} {keys.shape}")
+    if not len(batch_shapes) == len(nvecs) == len(dtypes) == keys.shape[0]:
+        raise ValueError(
+            f"grouped draws need one batch shape, nvec and dtype per key ({keys.shape[0]}), "
+            f"got {len(batch_shapes)}, {len(nvecs)} and {len(dtypes)}"
+        )
+    shapes = [
+        _checked(keys[i], batch, nvec, "philox")
+        for i, (batch, nvec) in enumerate(zip(batch_shapes, nvecs, strict=True))
+    ]
+    use_pallas, interpret = _backend(use_pallas, interpret)
+    live = [i for i, (batch, _) in enumerate(shapes) if math.prod(batch)]
+    kd = jax.random.key_data(keys).astype(jnp.uint32)  # [P, 2]
+    if len(live) < len(shapes):  # draws of no samples: no part of the kernel
+        kd = kd[jnp.asarray(live, jnp.int32)]
+    flat = iter(
+        _philox_draws(
+            kd.reshape(-1),
+            [math.prod(shapes[i][0]) * len(shapes[i][1]) for i in live],
+            [shapes[i][1] for i in live],
+            use_pallas,
+            interpret,
+        )
+        if live
+        else ()
+    )
+    out = []
+    for i, ((batch, nvec), dtype) in enumerate(zip(shapes, dtypes, strict=True)):
+        x = next(flat) if i in live else jnp.zeros((0,), jnp.int32)
+        out.append(x.reshape(*batch, len(nvec)).astype(dtype))
+    return tuple(out)

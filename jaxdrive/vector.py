@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxdrive import spaces
 from jaxdrive.env import Env
 from jaxdrive.types import TimeStep
 from jaxdrive.wrappers import ResetPool, merge_reset, select_tree
@@ -219,10 +220,16 @@ def random_policy(env: Env) -> PolicyFn:
     ``key`` itself when it is a typed key array of ``len(env.groups)`` keys, already split
     (in a scan, split them for every step beforehand: no split kernel per step).
 
+    Where every group's space is a `MultiDiscrete` drawing by Philox (the default
+    `spaces.MULTI_DISCRETE_DRAW`) from threefry keys, all groups draw in one kernel
+    launch (`jaxdrive.hash_draws.multi_discrete_groups`: the same values as each
+    space's ``sample``).
+
     (Tried for groups with equal spaces: one draw over all agents, sliced per group. XLA
     then writes the whole draw and copies each slice: one kernel more per step at 1000 ×
     (10+100) Tag envs, H100, 2026-11-24.)
     """
+    spaces_ = [env.action_space(g) for g in env.groups]
 
     def policy(key: jax.Array, obs: dict[str, jax.Array]) -> dict[str, jax.Array]:
         n = next(iter(obs.values())).shape[0]
@@ -236,6 +243,22 @@ def random_policy(env: Env) -> PolicyFn:
             )
         else:  # one group: its key as given (a split is a kernel launch of its own per step)
             keys = [key] if num == 1 else jax.random.split(key, num)
+        if (
+            num > 1
+            and spaces.MULTI_DISCRETE_DRAW == "philox"
+            and all(isinstance(s, spaces.MultiDiscrete) for s in spaces_)
+            and typed
+            and str(jax.random.key_impl(key)) == "threefry2x32"
+        ):
+            from jaxdrive import hash_draws
+
+            draws = hash_draws.multi_discrete_groups(
+                key if key.ndim == 1 else keys,
+                [(n, env.num_agents(g)) for g in env.groups],
+                [s.nvec for s in spaces_],
+                [s.dtype for s in spaces_],
+            )
+            return dict(zip(env.groups, draws, strict=True))
         return {
             g: env.action_space(g).sample(k, (n, env.num_agents(g)))
             for g, k in zip(env.groups, keys, strict=True)

@@ -425,6 +425,46 @@ def test_random_policy_distinct_spaces_per_group():
         assert acts[g].dtype == jnp.int32 and bool(env.action_space(g).contains(acts[g]))
 
 
+def test_random_policy_multidiscrete_groups_in_one_kernel(monkeypatch):
+    """Groups of `MultiDiscrete` spaces (Philox, the default draw) draw in one Pallas
+    kernel (`hash_draws.multi_discrete_groups`) with each space's own ``sample`` values;
+    also with a group of no agents and with ``use_pallas`` off (XLA)."""
+    from jaxdrive import hash_draws
+
+    class Multi(Counter):
+        def action_space(self, group):
+            return MultiDiscrete([3, 5, 7]) if group == "red" else MultiDiscrete([21, 21])
+
+    calls = []
+    grouped = hash_draws.multi_discrete_groups
+    monkeypatch.setattr(
+        hash_draws, "multi_discrete_groups", lambda *a, **k: calls.append(1) or grouped(*a, **k)
+    )
+    key = jax.random.key(8)
+    for num_red in (3, 0):
+        env = Multi(num_red=num_red, num_blue=5)
+        obs = {g: jnp.zeros((13, env.num_agents(g), 2)) for g in env.groups}
+        acts = jax.jit(jaxdrive.random_policy(env))(key, obs)
+        keys = jax.random.split(key)
+        for g, k in zip(env.groups, keys, strict=True):
+            want = env.action_space(g).sample(k, (13, env.num_agents(g)))
+            np.testing.assert_array_equal(np.asarray(acts[g]), np.asarray(want))
+    assert len(calls) == 2  # one grouped draw per policy trace (its kernel: test_triton_lowering)
+    batches, nvecs, dtypes = [(4, 3), (0,), (9,)], [(3, 5, 7), (2,), (6, 6)], [jnp.int32] * 3
+    keys = jax.random.split(key, 3)
+    for use_pallas in (True, False):
+        got = grouped(keys, batches, nvecs, dtypes, use_pallas=use_pallas)
+        for i in range(3):
+            want = hash_draws.multi_discrete(
+                keys[i], batches[i], nvecs[i], method="philox", use_pallas=False
+            )
+            np.testing.assert_array_equal(np.asarray(got[i]), np.asarray(want))
+    with pytest.raises(ValueError, match="one batch shape, nvec and dtype per key"):
+        grouped(keys, batches[:2], nvecs, dtypes)
+    with pytest.raises(ValueError, match=r"a \[P\] typed key array"):
+        grouped(key, batches, nvecs, dtypes)
+
+
 # ---------------------------------------------------------------------------- registry
 def test_registry_errors_and_register():
     with pytest.raises(ValueError, match="registered envs: .*CartPole-v1"):
