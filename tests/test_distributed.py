@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -40,12 +41,30 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("dist") / "single.json"
+    """The single-process script's results (≈ 50 s of subprocess), computed once per
+    test run: under xdist the first worker to get here runs it into the workers' shared
+    temporary folder, the others wait for its file."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # shared by the xdist workers of this run
+    out, failed = root / "dist_single.json", root / "dist_single.failed"
+    try:
+        os.close(os.open(root / "dist_single.lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:  # another worker runs it
+        deadline = time.monotonic() + 450
+        while not (out.exists() or failed.exists()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert out.exists(), f"the single-process script failed in another worker: {failed}"
+        return json.loads(out.read_text())
+    part = root / "dist_single.part.json"
     proc = subprocess.run(
-        [sys.executable, SCRIPT, "single", str(out)],
+        [sys.executable, SCRIPT, "single", str(part)],
         env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=400,
     )  # fmt: skip
+    if proc.returncode != 0:
+        failed.write_text(proc.stderr[-3000:])
     assert proc.returncode == 0, proc.stderr[-3000:]
+    os.replace(part, out)  # whole, for the waiting workers
     return json.loads(out.read_text())
 
 
