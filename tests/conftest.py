@@ -1,1 +1,43 @@
-"""Shared pytest configuration."""
+"""Shared pytest configuration.
+
+One run of the suite compiles many identical XLA programs: tests that build the same
+env or trainer afresh, the xdist workers, and the absl scripts the tests start as
+subprocesses. The controller points all of them at one persistent compilation cache
+in a temporary folder (removed when the run ends), so each program compiles once per
+run. A ``JAX_COMPILATION_CACHE_DIR`` already set is used as it is and kept;
+``JAXDRIVE_TEST_XLA_CACHE=0`` turns the shared cache off.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+_OWNED_CACHE: list[str] = []
+
+
+def pytest_configure(config) -> None:
+    """Set the cache's environment before any test imports jax (workers inherit it)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("JAXDRIVE_TEST_XLA_CACHE") == "0":
+        return
+    if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+        path = tempfile.mkdtemp(prefix="jaxdrive-xla-cache-")
+        _OWNED_CACHE.append(path)
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = path
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
+    if "jax" in __import__("sys").modules:  # imported by a plugin before this hook
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+        jax.config.update(
+            "jax_persistent_cache_min_compile_time_secs",
+            float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]),
+        )
+
+
+def pytest_unconfigure(config) -> None:
+    """Remove the cache folder this run made."""
+    for path in _OWNED_CACHE:
+        shutil.rmtree(path, ignore_errors=True)
+    _OWNED_CACHE.clear()

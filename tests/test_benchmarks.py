@@ -161,7 +161,8 @@ def test_timed_calls_refuse_host_transfers():
 
 def test_tag_tagging_evaluated_per_seed():
     """Two vmapped tiny Tag runs: each seed's trained taggers are evaluated against its
-    own runners (`evaluate_tag_tagging_seeds`), one seed gives the single-run dict."""
+    own runners (`evaluate_tag_tagging_seeds`, one compiled program for every seed), one
+    seed gives the single-run dict."""
     import jax
     import numpy as np
 
@@ -178,13 +179,23 @@ def test_tag_tagging_evaluated_per_seed():
     ratios = [t["ratio"] for t in out["per_seed"]]
     assert out["ratio_min"] == min(ratios) and np.isclose(out["ratio_mean"], np.mean(ratios))
     second = jax.tree.map(lambda x: x[1], trainer.get_params(rs))
-    assert out["per_seed"][1] == evaluate_tag_tagging(env, params, trainer, second, 8)
+    compiles = []
+    listener = lambda event, *_, **__: compiles.append(event)
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:  # the seeds' evaluation compiled the program; another seed compiles nothing
+        again = evaluate_tag_tagging(env, params, trainer, second, 8)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert "/jax/core/compile/backend_compile_duration" not in compiles, compiles
+    assert out["per_seed"][1] == again
     one = jax.tree.map(lambda x: x[:1], rs)
     assert evaluate_tag_tagging_seeds(env, params, trainer, one, 1, num_envs=8) == (
         evaluate_tag_tagging(
             env, params, trainer, jax.tree.map(lambda x: x[0], trainer.get_params(rs)), 8
         )
     )
+    with pytest.raises(ValueError, match="num_envs must be >= 1, got 0"):
+        evaluate_tag_tagging(env, params, trainer, second, 0)
 
 
 def test_rollout_probe_variants_train_alike():

@@ -123,24 +123,29 @@ def check(taggers: int, runners: int, num_envs: int, k: int, steps: int) -> list
         "pallas": env.step_env,
         "pallas_fence": lambda key, s, a, p: env._step_pallas(s, a, p, fence_products=True),
     }
+    # one jitted program per (params mode, form), built before the state sets: the
+    # state sets share shapes, so each program compiles once
+    programs = {}
+    for traced in (False, True):
+        for form, fn in {"xla": ref_env.step_env, **forms}.items():
+            if traced:
+                programs[traced, form] = jax.jit(jax.vmap(fn, in_axes=(0, 0, 0, None)))
+            else:
+                programs[traced, form] = jax.jit(
+                    jax.vmap(lambda k, s, a, fn=fn: fn(k, s, a, params))
+                )
+
+    def call(traced: bool, form: str, state, acts):
+        if traced:
+            return programs[traced, form](keys, state, acts, params)
+        return programs[traced, form](keys, state, acts)
+
     rows = []
     for name, (state, acts) in stepped_states(ref_env, params, num_envs, steps).items():
         for traced in (False, True):
-            if traced:
-                ref = jax.jit(jax.vmap(ref_env.step_env, in_axes=(0, 0, 0, None)))(
-                    keys, state, acts, params
-                )
-            else:
-                ref = jax.jit(jax.vmap(lambda k, s, a: ref_env.step_env(k, s, a, params)))(
-                    keys, state, acts
-                )
-            for form, fn in forms.items():
-                if traced:
-                    got = jax.jit(jax.vmap(fn, in_axes=(0, 0, 0, None)))(keys, state, acts, params)
-                else:
-                    got = jax.jit(jax.vmap(lambda k, s, a, fn=fn: fn(k, s, a, params)))(
-                        keys, state, acts
-                    )
+            ref = call(traced, "xla", state, acts)
+            for form in forms:
+                got = call(traced, form, state, acts)
                 rows.append(
                     {
                         "kind": "check",

@@ -8,6 +8,7 @@ first call (compile included), with the final episode returns.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import statistics
 import time
@@ -164,15 +165,16 @@ def evaluate_tag_tagging_seeds(
     }
 
 
-def evaluate_tag_tagging(
-    env, env_params, trainer, params_by_policy, num_envs: int = 64, seed: int = 0
-) -> dict[str, float]:
-    """Runners tagged per episode (one full episode of ``num_envs`` envs), with trained
-    taggers and with uniformly random taggers, both against the trained runners."""
+@functools.lru_cache(maxsize=8)
+def _tagging_program(env, trainer, num_envs: int):
+    """One jitted program ``(params_by_policy, env_params, key) -> (trained, random)``:
+    the mean runners tagged per episode of ``num_envs`` envs with the trained taggers and
+    with uniformly random ones (the same key for both). Cached per env, trainer and
+    size, so evaluating several seeds or checkpoints compiles once."""
     venv = jaxdrive.vectorize(env, num_envs, auto_reset=False)
     steps = env.episode_length
 
-    def episode(key, random_taggers: bool):
+    def episode(params_by_policy, env_params, key, random_taggers: bool):
         k0, k1 = jax.random.split(key)
         state, ts = venv.reset(k0, env_params)
 
@@ -192,9 +194,25 @@ def evaluate_tag_tagging(
         (_, _, tags), _ = jax.lax.scan(body, init, jax.random.split(k1, steps))
         return jnp.mean(tags.astype(jnp.float32))
 
-    key = jax.random.PRNGKey(seed)
-    trained = float(jax.jit(lambda k: episode(k, False))(key))
-    rand = float(jax.jit(lambda k: episode(k, True))(key))
+    def both(params_by_policy, env_params, key):
+        return (
+            episode(params_by_policy, env_params, key, False),
+            episode(params_by_policy, env_params, key, True),
+        )
+
+    return jax.jit(both)
+
+
+def evaluate_tag_tagging(
+    env, env_params, trainer, params_by_policy, num_envs: int = 64, seed: int = 0
+) -> dict[str, float]:
+    """Runners tagged per episode (one full episode of ``num_envs`` envs), with trained
+    taggers and with uniformly random taggers, both against the trained runners."""
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    program = _tagging_program(env, trainer, int(num_envs))
+    trained, rand = program(params_by_policy, env_params, jax.random.PRNGKey(seed))
+    trained, rand = float(trained), float(rand)
     return {
         "tags_per_episode_trained_taggers": trained,
         "tags_per_episode_random_taggers": rand,
