@@ -199,9 +199,10 @@ def test_tag_tagging_evaluated_per_seed():
 
 
 def test_rollout_probe_variants_train_alike():
-    """The acting-path A/B probe's variants (the program before the joint acting head
-    and the logsumexp log-prob, each alone, both) train a tiny Tag A2C to the same
-    metrics up to float rounding, and leave today's code in place afterwards."""
+    """The acting-path A/B probe: the program before the joint acting head and the
+    logsumexp log-prob ("base") trains a tiny Tag A2C to the same metrics, up to float
+    rounding, as today's ("both"); "joint" and "lse" install one new piece each; today's
+    code is in place afterwards."""
     import jax
     import numpy as np
 
@@ -212,19 +213,23 @@ def test_rollout_probe_variants_train_alike():
     from experiments.benchmarks.training import load_config
 
     act, lp = networks.ActorCritic.act, networks.MultiCategorical.log_prob
-    out = {}
+    out, pieces = {}, {}
     try:
         for v in ("base", "joint", "lse", "both"):
             rollout_probe._set(v)
-            c = load_config("tag_continuous", "tiny,a2c")
-            _, m = jax.jit(algorithms.make_train(c, *make_env(c)))(jax.random.PRNGKey(0))
-            out[v] = jax.device_get(m)
+            pieces[v] = (networks.ActorCritic.act is act, networks.MultiCategorical.log_prob is lp)
+            if v in ("base", "both"):
+                c = load_config("tag_continuous", "tiny,a2c")
+                _, m = jax.jit(algorithms.make_train(c, *make_env(c)))(jax.random.PRNGKey(0))
+                out[v] = jax.device_get(m)
     finally:
         rollout_probe._set("both")
     assert networks.ActorCritic.act is act and networks.MultiCategorical.log_prob is lp
-    for v in ("joint", "lse", "both"):
-        for k in out["base"]:
-            np.testing.assert_allclose(out[v][k], out["base"][k], rtol=1e-4, atol=1e-5, err_msg=k)
+    assert pieces == {
+        "base": (False, False), "joint": (True, False), "lse": (False, True), "both": (True, True)
+    }  # fmt: skip
+    for k in out["base"]:
+        np.testing.assert_allclose(out["both"][k], out["base"][k], rtol=1e-4, atol=1e-5, err_msg=k)
 
 
 def test_train_suite_dense_impl_applies_to_bfloat16_tag_policies(monkeypatch):

@@ -17,7 +17,7 @@ from algorithms.common import networks
 from algorithms.common import pallas_categorical as pc
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=6, deadline=None)
 @given(
     st.integers(0, 2**31 - 1),
     st.integers(1, 70),
