@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 
 _OWNED_CACHE: list[str] = []
@@ -26,7 +27,7 @@ def pytest_configure(config) -> None:
         _OWNED_CACHE.append(path)
         os.environ["JAX_COMPILATION_CACHE_DIR"] = path
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
-    if "jax" in __import__("sys").modules:  # imported by a plugin before this hook
+    if "jax" in sys.modules:  # imported by a plugin before this hook
         import jax
 
         jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
