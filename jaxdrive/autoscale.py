@@ -14,10 +14,17 @@ candidate does not fit or ``max_envs`` is reached, then a binary search over mul
 runs out of memory. Optionally several ``num_steps`` values are searched and the one
 with the largest ``num_envs·num_steps`` batch kept.
 
-Example (CPU, a 64 MiB budget)::
+Example (CPU, a 64 MiB budget; ``make_trainer(config) -> Trainer`` builds the env and
+the trainer of a config, e.g. from ``algorithms``)::
 
+    import algorithms
+    from algorithms.common.config import make_env
     from jaxdrive.autoscale import autoscale
-    res = autoscale(config, memory_budget_bytes=64 * 2**20)
+
+    def make_trainer(config):
+        return algorithms.make_train(config, *make_env(config))
+
+    res = autoscale(config, make_trainer, memory_budget_bytes=64 * 2**20)
     print(res.table())
     config = res.config   # num_envs set to the largest size that fits
 """
@@ -140,8 +147,8 @@ def _with_size(config: Any, num_envs: int, num_steps: int) -> Any:
 
 def autoscale(
     config: Any,
+    make_trainer: Callable[[Any], Any],
     *,
-    make_trainer: Callable[[Any], Any] | None = None,
     memory_budget_bytes: int | None = None,
     fraction: float = 0.9,
     min_envs: int | None = None,
@@ -154,19 +161,13 @@ def autoscale(
     """The largest ``num_envs`` (and, with ``num_steps_options``, ``num_steps``) whose
     compiled chunk fits the memory budget; see the module docstring.
 
-    ``make_trainer(config) -> Trainer`` defaults to ``algorithms.make_train`` on the
-    config's env. ``min_envs``/``granularity`` default to the device count of
-    ``config.num_devices``. Raises ``ValueError`` when even ``min_envs`` does not fit.
+    ``make_trainer(config) -> Trainer``: builds the env and the trainer (an object with
+    ``init(key)`` and ``chunk(state, iterations)``) of a config; it is called with copies
+    of ``config`` whose ``num_envs``/``num_steps`` are the candidates'.
+    ``min_envs``/``granularity`` default to the device count of ``config.num_devices``.
+    Raises ``ValueError`` when even ``min_envs`` does not fit.
     """
     from jaxdrive.distributed import resolve_num_devices
-
-    if make_trainer is None:
-        import algorithms
-        from algorithms.common.config import make_env
-
-        def make_trainer(c):
-            env, params = make_env(c)
-            return algorithms.make_train(c, env, params)
 
     get = config.get if hasattr(config, "get") else (lambda k, d=None: d)
     n_dev = resolve_num_devices(get("num_devices", 1))

@@ -88,8 +88,8 @@ class Env(abc.ABC, Generic[StateT, ParamsT]):
 
         Envs whose observations are costly implement it: `jaxdrive.vectorize` then
         auto-resets the *state* and builds each step's observations once, from the
-        merged state, instead of branching on "any env done" (measured on an H200:
-        Tag 1000 × (10+100) full observation, 2.4× faster env steps).
+        merged state, instead of branching on "any env done" (neither the step's nor
+        the reset's own observations are then computed).
         """
         raise NotImplementedError(f"{self.name} does not implement observations()")
 
@@ -103,7 +103,7 @@ class Env(abc.ABC, Generic[StateT, ParamsT]):
         """Whether auto-reset should reset every env and select (`observations` needed)
         rather than branch on "any env done". Default: when `observations` exists. Envs
         whose step is cheap and whose episodes rarely end together may prefer the
-        branch (classic control, measured on an H200)."""
+        branch, which skips the reset on steps where no episode ends (classic control)."""
         return self.has_observations
 
     def vector_step(

@@ -14,7 +14,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,14 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = [
-    "MULTI_DISCRETE_DRAW",
-    "MULTI_DISCRETE_DRAWS",
-    "Box",
-    "Discrete",
-    "MultiDiscrete",
-    "Space",
-]
+__all__ = ["Box", "Discrete", "MultiDiscrete", "Space"]
 
 
 class Space:
@@ -69,10 +61,13 @@ class Discrete(Space):
         self.dtype = dtype
 
     def sample(self, key: jax.Array, batch_shape: Sequence[int] = ()) -> jax.Array:
-        """Draws ``floor(u · n)`` from one float32 uniform ``u`` per sample, as
-        `MultiDiscrete` does: exactly uniform for ``n`` a power of two up to 2^23 (``u``
-        has 23 random bits), else off by at most ``n · 2^-23`` per value. One draw
-        instead of `jax.random.randint`'s two (fewer kernels per env step)."""
+        """Draws ``min(floor(u · n), n − 1)`` from one float32 uniform ``u`` per sample:
+        one random draw instead of `jax.random.randint`'s two (fewer kernels per env
+        step). Exactly uniform for ``n`` a power of two, else off by at most
+        ``n · 2^-23`` per value (``u`` has 23 random bits); ``n > 2^23`` draws by
+        `jax.random.randint`, so every value is reachable."""
+        if self.n > 2**23:
+            return jax.random.randint(key, tuple(batch_shape), 0, self.n, self.dtype)
         u = jax.random.uniform(key, tuple(batch_shape))
         return jnp.minimum(jnp.floor(u * self.n), self.n - 1).astype(self.dtype)
 
@@ -92,22 +87,6 @@ class Discrete(Space):
         return hash(("Discrete", self.n))
 
 
-#: How `MultiDiscrete.sample` draws (all uniform, other values): ``"joint"``, one
-#: uniform per sample decoded into its digits (one random hash per sample, then the
-#: digits stacked: XLA keeps the joint index in memory between two kernels);
-#: ``"components"``, one uniform per component (a hash per component, one kernel);
-#: ``"hash"``, one Threefry hash per pair of components; or ``"philox"`` (the default),
-#: one Philox-4x32-10 hash per four components, about a third of Threefry's integer work
-#: per bit. Both hash forms are `jaxdrive.hash_draws`: on a GPU one Pallas kernel, and
-#: for threefry keys only (other keys draw as ``"components"``).
-#: The env-only step at 2000 × (5+995) (random actions for 2M agents of ``[21, 21]``),
-#: components → hash → philox: H100 0.7670 → 0.7571 → 0.7538 ms (2026-11-26 run 108;
-#: the draw kernel itself ~18 → ~6 µs); H200 components → hash 0.6999 → 0.6907 ms
-#: (run 105). At 1000 × (10+100) all three are within the rounds' spread (run 108).
-MULTI_DISCRETE_DRAW = "philox"
-MULTI_DISCRETE_DRAWS = ("joint", "components", "hash", "philox")
-
-
 class MultiDiscrete(Space):
     """Integer vectors with ``0 <= x[i] < nvec[i]``; ``shape == (len(nvec),)``."""
 
@@ -120,43 +99,11 @@ class MultiDiscrete(Space):
         self.dtype = dtype
 
     def sample(self, key: jax.Array, batch_shape: Sequence[int] = ()) -> jax.Array:
-        """Draws ``[*batch_shape, len(nvec)]``. With `MULTI_DISCRETE_DRAW` ``"joint"``:
-        one float32 uniform ``u`` per sample gives
-        the joint index ``j = floor(u · P)`` over the ``P = prod(nvec)`` vectors, decoded in
-        mixed radix (last component fastest, as ``np.unravel_index(j, nvec)``). As for
-        `Discrete`: exactly uniform for ``P`` a power of two, else off by at most
-        ``P · 2^-23`` per vector; one draw per sample instead of one per component. For
-        ``P > 2^23``, or with `MULTI_DISCRETE_DRAW` ``"components"``, each component
-        draws its own ``u`` (``floor(u · nvec[i])``); ``"hash"`` and ``"philox"`` (the
-        default) are `jaxdrive.hash_draws`' (module doc there)."""
-        batch = tuple(batch_shape)
-        total = math.prod(self.nvec)
-        if MULTI_DISCRETE_DRAW not in MULTI_DISCRETE_DRAWS:
-            raise ValueError(
-                f"MULTI_DISCRETE_DRAW must be one of {MULTI_DISCRETE_DRAWS}, "
-                f"got {MULTI_DISCRETE_DRAW!r}"
-            )
-        if (
-            MULTI_DISCRETE_DRAW in ("hash", "philox")
-            and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
-            and key.ndim == 0
-            and str(jax.random.key_impl(key)) == "threefry2x32"
-        ):
-            from jaxdrive import hash_draws
-
-            method = "philox" if MULTI_DISCRETE_DRAW == "philox" else "threefry"
-            return hash_draws.multi_discrete(key, batch, self.nvec, self.dtype, method=method)
-        if total > 2**23 or MULTI_DISCRETE_DRAW != "joint":
-            u = jax.random.uniform(key, (*batch, len(self.nvec)))
-            hi = jnp.asarray(self.nvec, jnp.float32)
-            return jnp.minimum(jnp.floor(u * hi), hi - 1).astype(self.dtype)
-        u = jax.random.uniform(key, batch)
-        j = jnp.minimum(jnp.floor(u * total), total - 1).astype(jnp.int32)
-        parts, stride = [], total
-        for n in self.nvec:  # j in [0, P): each digit in [0, n) by the modulo
-            stride //= n
-            parts.append((j // stride) % n)
-        return jnp.stack(parts, -1).astype(self.dtype)
+        """Draws ``[*batch_shape, len(nvec)]`` with independent, uniform components:
+        one `jax.random.randint` call, its upper bound ``nvec`` broadcast along the last
+        axis (exact for every size), in the space's dtype."""
+        shape = (*tuple(batch_shape), len(self.nvec))
+        return jax.random.randint(key, shape, 0, jnp.asarray(self.nvec), self.dtype)
 
     def contains(self, x: Any) -> jax.Array:
         x = jnp.asarray(x)

@@ -23,15 +23,14 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxdrive import spaces
 from jaxdrive.env import Env
 from jaxdrive.types import TimeStep
 from jaxdrive.wrappers import ResetPool, merge_reset, select_tree
 
 __all__ = [
-    "SELECT_RESET_MAX_ENVS",
     "RolloutResult",
     "VecEnv",
+    "group_keys",
     "random_policy",
     "rollout",
     "split_step_key",
@@ -47,11 +46,6 @@ def _check_count(name: str, value: Any) -> int:
     if int(value) < 1:
         raise ValueError(f"{name} must be >= 1, got {value}")
     return int(value)
-
-
-# "auto" resets by select up to this many envs even where `Env.reset_by_select` is False
-# (CartPole on an H200: select faster at 1e3 envs, the branch faster from 1e4).
-SELECT_RESET_MAX_ENVS = 2048
 
 
 class VecEnv:
@@ -70,10 +64,11 @@ class VecEnv:
       where no episode ends skip it (but pay a copy of the timestep out of the branch).
 
     ``reset_mode``: ``"auto"`` (the first way where `Env.reset_by_select`, or where the
-    env has `Env.observations` and ``num_envs <= SELECT_RESET_MAX_ENVS``: at small batches
-    the branch's device-to-host read of its predicate costs more than resetting every
-    env; else the second), ``"select"`` (the first way; needs `Env.observations`) or
-    ``"cond"``.
+    env has `Env.observations` and ``num_envs <= select_reset_max_envs``: at small
+    batches resetting every env costs less than the branch's device-to-host read of its
+    predicate; else the second), ``"select"`` (the first way; needs `Env.observations`)
+    or ``"cond"``. ``select_reset_max_envs`` (default 2048) is part of the batch's
+    static description, like ``num_envs``.
     """
 
     def __init__(
@@ -86,6 +81,7 @@ class VecEnv:
         keep_final_obs: bool = False,
         params_axis: int | None = None,
         reset_mode: str = "auto",
+        select_reset_max_envs: int = 2048,
     ):
         if reset_mode not in ("auto", "select", "cond"):
             raise ValueError(f"reset_mode must be 'auto', 'select' or 'cond', got {reset_mode!r}")
@@ -97,6 +93,7 @@ class VecEnv:
         if reset_mode == "select" and keep_final_obs:
             raise ValueError("reset_mode='select' cannot keep_final_obs; use 'cond' or 'auto'")
         self.reset_mode = reset_mode
+        self.select_reset_max_envs = int(select_reset_max_envs)
         self.env = env
         self.num_envs = _check_count("num_envs", num_envs)
         self.auto_reset = bool(auto_reset)
@@ -156,7 +153,7 @@ class VecEnv:
             and not keep
             and (
                 self.env.reset_by_select
-                or (self.env.has_observations and self.num_envs <= SELECT_RESET_MAX_ENVS)
+                or (self.env.has_observations and self.num_envs <= self.select_reset_max_envs)
             )
         )
         if self.params_axis is None and (
@@ -216,55 +213,34 @@ def split_step_key(key: jax.Array, num_envs: int) -> tuple[jax.Array, jax.Array]
 @functools.lru_cache(maxsize=64)
 def random_policy(env: Env) -> PolicyFn:
     """A policy drawing uniform actions: ``(key, obs {g: [N, A_g, ...]}) -> actions``
-    ``{g: [N, A_g, *act_shape_g]}``, one key per group: split from ``key`` (one key), or
-    ``key`` itself when it is a typed key array of ``len(env.groups)`` keys, already split
-    (in a scan, split them for every step beforehand: no split kernel per step).
-
-    Where every group's space is a `MultiDiscrete` drawing by Philox (the default
-    `spaces.MULTI_DISCRETE_DRAW`) from threefry keys, all groups draw in one kernel
-    launch (`jaxdrive.hash_draws.multi_discrete_groups`: the same values as each
-    space's ``sample``).
-
-    (Tried for groups with equal spaces: one draw over all agents, sliced per group. XLA
-    then writes the whole draw and copies each slice: one kernel more per step at 1000 ×
-    (10+100) Tag envs, H100, 2026-11-24.)
+    ``{g: [N, A_g, *act_shape_g]}``, each group's by its action space's ``sample``.
+    One key per group: split from ``key`` (one key), or ``key`` itself when it is a typed
+    key array of ``len(env.groups)`` keys, already split (in a scan, split them for
+    every step beforehand: no split per step). Cached per env, so a jitted caller that
+    takes it as a static argument compiles once.
     """
-    spaces_ = [env.action_space(g) for g in env.groups]
 
     def policy(key: jax.Array, obs: dict[str, jax.Array]) -> dict[str, jax.Array]:
         n = next(iter(obs.values())).shape[0]
-        num = len(env.groups)
-        typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
-        if typed and key.ndim == 1 and key.shape[0] == num:  # one key per group, given
-            keys = [key[i] for i in range(num)]
-        elif typed and key.ndim != 0:
-            raise ValueError(
-                f"random_policy needs one key or {num} keys (one per group), got {key.shape}"
-            )
-        else:  # one group: its key as given (a split is a kernel launch of its own per step)
-            keys = [key] if num == 1 else jax.random.split(key, num)
-        if (
-            num > 1
-            and spaces.MULTI_DISCRETE_DRAW == "philox"
-            and all(isinstance(s, spaces.MultiDiscrete) for s in spaces_)
-            and typed
-            and str(jax.random.key_impl(key)) == "threefry2x32"
-        ):
-            from jaxdrive import hash_draws
-
-            draws = hash_draws.multi_discrete_groups(
-                key if key.ndim == 1 else keys,
-                [(n, env.num_agents(g)) for g in env.groups],
-                [s.nvec for s in spaces_],
-                [s.dtype for s in spaces_],
-            )
-            return dict(zip(env.groups, draws, strict=True))
         return {
             g: env.action_space(g).sample(k, (n, env.num_agents(g)))
-            for g, k in zip(env.groups, keys, strict=True)
+            for g, k in zip(env.groups, group_keys(key, len(env.groups)), strict=True)
         }
 
     return policy
+
+
+def group_keys(key: jax.Array, num_groups: int) -> list[jax.Array]:
+    """``num_groups`` keys from ``key``: ``key`` itself for one group, a typed ``[G]``
+    key array's rows as given, else a split of ``key`` (raises on other shapes)."""
+    typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+    if typed and key.ndim == 1 and key.shape[0] == num_groups:  # one key per group, given
+        return [key[i] for i in range(num_groups)]
+    if typed and key.ndim != 0:
+        raise ValueError(
+            f"random_policy needs one key or {num_groups} keys (one per group), got {key.shape}"
+        )
+    return [key] if num_groups == 1 else list(jax.random.split(key, num_groups))
 
 
 @struct.dataclass

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import itertools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,7 +15,7 @@ from tests.toy_envs import Counter, CounterParams
 
 
 # ----------------------------------------------------------------------------- spaces
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(n=st.integers(1, 50), batch=st.integers(1, 64), seed=st.integers(0, 2**31 - 1))
 def test_discrete_sample_in_space(n, batch, seed):
     space = Discrete(n)
@@ -29,7 +26,7 @@ def test_discrete_sample_in_space(n, batch, seed):
     assert not bool(space.contains(jnp.asarray([-1])))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(
     nvec=st.lists(st.integers(1, 30), min_size=1, max_size=4),
     seed=st.integers(0, 2**31 - 1),
@@ -44,151 +41,39 @@ def test_multidiscrete_sample_in_space(nvec, seed):
     assert not bool(space.contains(x.astype(jnp.float32)))
 
 
-@pytest.mark.parametrize("draw", ["joint", "components", "hash", "philox"])
-def test_multidiscrete_sample_is_uniform_over_the_product(monkeypatch, draw):
-    """Every `spaces.MULTI_DISCRETE_DRAW` form: every (a, b) of 3 × 5 equally likely.
-    ``"joint"``: one uniform per sample, decoded last component fastest (as
-    ``np.unravel_index``); ``"components"``: one uniform per component,
-    each ``floor(u · n)``; ``"hash"``: both components from one Threefry hash's words;
-    ``"philox"`` (the default): two samples' components from one Philox hash's words."""
-    from jaxdrive import spaces
-
-    monkeypatch.setattr(spaces, "MULTI_DISCRETE_DRAW", draw)
+def test_multidiscrete_sample_is_uniform_over_the_product():
+    """Every (a, b) of 3 × 5 equally likely (chi-square), the draw is one
+    `jax.random.randint` with the sizes as bounds, and a compiled draw equals the eager
+    one (no state outside the space)."""
     nvec, n = (3, 5), 150_000
-    x = np.asarray(MultiDiscrete(nvec).sample(jax.random.key(7), (n,)))
+    space = MultiDiscrete(nvec)
+    x = np.asarray(space.sample(jax.random.key(7), (n,)))
     counts = np.zeros(nvec)
     np.add.at(counts, (x[:, 0], x[:, 1]), 1)
     expected = n / np.prod(nvec)
     chi2 = float(np.sum((counts - expected) ** 2 / expected))
     assert chi2 < 54.6  # 14 degrees of freedom: P(chi2 > 54.6) = 1e-6
-    if draw == "joint":
-        u = jax.random.uniform(jax.random.key(7), (n,))
-        j = np.minimum(np.floor(np.asarray(u) * 15), 14).astype(np.int64)
-        want = np.stack(np.unravel_index(j, nvec), -1)
-    elif draw == "hash":  # one hash per sample: its two words, top 23 bits each
-        b0, b1 = _threefry_numpy(jax.random.key_data(jax.random.key(7)), np.arange(n))
-        want = np.stack(
-            [
-                np.floor((w >> 9) / 2.0**23 * k).astype(np.int64)
-                for w, k in zip((b0, b1), nvec, strict=True)
-            ],
-            -1,
-        )
-    elif draw == "philox":  # hash q gives flat components 4q..4q+3: floor(w * n / 2^32)
-        words = _philox_numpy(jax.random.key_data(jax.random.key(7)), np.arange(n // 2))
-        flat = np.stack(words, -1).reshape(n, 2).astype(np.uint64)
-        want = ((flat * np.asarray(nvec, np.uint64)) >> np.uint64(32)).astype(np.int64)
-    else:
-        u = np.asarray(jax.random.uniform(jax.random.key(7), (n, 2)))
-        want = np.floor(u * np.asarray(nvec)).astype(np.int64)
-    np.testing.assert_array_equal(x, want)
+    want = jax.random.randint(jax.random.key(7), (n, 2), 0, jnp.asarray(nvec))
+    np.testing.assert_array_equal(x, np.asarray(want))
+    jitted = jax.jit(space.sample, static_argnums=1)(jax.random.key(7), (n,))
+    np.testing.assert_array_equal(x, np.asarray(jitted))
 
 
-def _threefry_numpy(key_data, counters):
-    """Threefry-2x32 (20 rounds) of the counters ``(0, s)``, in NumPy (an independent
-    reference for `jaxdrive.hash_draws`; jax's own primitive on ``(0, s)`` agrees)."""
-    m = np.uint64(0xFFFFFFFF)
-    k0, k1 = (np.uint64(int(v)) for v in np.asarray(key_data))
-    ks = (k0, k1, k0 ^ k1 ^ np.uint64(0x1BD11BDA))
-    x0 = (np.zeros(len(counters), np.uint64) + ks[0]) & m
-    x1 = (counters.astype(np.uint64) + ks[1]) & m
-    rot = ((13, 15, 26, 6), (17, 29, 16, 24))
-    for i in range(5):
-        for r in rot[i % 2]:
-            x0 = (x0 + x1) & m
-            x1 = ((x1 << np.uint64(r)) | (x1 >> np.uint64(32 - r))) & m
-            x1 = x0 ^ x1
-        x0 = (x0 + ks[(i + 1) % 3]) & m
-        x1 = (x1 + ks[(i + 2) % 3] + np.uint64(i + 1)) & m
-    return x0, x1
-
-
-def _philox_numpy(key_data, counters):
-    """Philox-4x32-10 of the counters ``(q, 0, 0, 0)``, in NumPy (an independent
-    reference for `jaxdrive.hash_draws.philox4x32`, itself checked against Random123's
-    published known answers)."""
-    m = np.uint64(0xFFFFFFFF)
-    k0, k1 = (np.uint64(int(v)) for v in np.asarray(key_data))
-    c = [counters.astype(np.uint64)] + [np.zeros(len(counters), np.uint64)] * 3
-    for r in range(10):
-        if r:
-            k0, k1 = (k0 + np.uint64(0x9E3779B9)) & m, (k1 + np.uint64(0xBB67AE85)) & m
-        p0 = c[0] * np.uint64(0xD2511F53)
-        p1 = c[2] * np.uint64(0xCD9E8D57)
-        c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & m, (p0 >> np.uint64(32)) ^ c[3] ^ k1, p0 & m]
-    return c
-
-
-def test_philox_known_answers():
-    """`hash_draws.philox4x32` gives Random123's published Philox-4x32-10 known answers
-    (its kat_vectors), and the NumPy reference agrees."""
-    from jaxdrive import hash_draws
-
-    kats = (
-        ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
-        ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-        (
-            (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
-            (0xA4093822, 0x299F31D0),
-            (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
-        ),
-    )
-    for ctr, key, want in kats:
-        u = [jnp.asarray([v], jnp.uint32) for v in (*key, *ctr)]
-        got = hash_draws.philox4x32(*u)
-        assert [int(w[0]) for w in got] == list(want)
-    ref = _philox_numpy(np.asarray([0, 0]), np.asarray([0]))
-    assert [int(w[0]) for w in ref] == list(kats[0][2])
-
-
-def test_hash_draws_kernel_and_xla_agree_and_check_keys():
-    """`jaxdrive.hash_draws.multi_discrete`, both methods: the Pallas kernel (interpret
-    mode) and the XLA form give the same components (two Threefry hashes for three
-    components, components that straddle Philox hashes, one component, a batch that is
-    not a multiple of the block, a small dtype; also vmapped over keys); jax's threefry
-    primitive gives the
-    NumPy reference's words; keys that are not one threefry key raise."""
-    from jax.extend.random import threefry_2x32
-
-    from jaxdrive import hash_draws
-
-    key = jax.random.key(11)
-    cases = (((37, 3), (21, 21), jnp.int32), ((70,), (3, 5, 7), jnp.uint8), ((9,), (6,), jnp.int32))
-    for (batch, nvec, dtype), method in itertools.product(cases, hash_draws.METHODS):
-        draw = functools.partial(hash_draws.multi_discrete, key, batch, nvec, dtype, method=method)
-        got, want = draw(use_pallas=True), draw(use_pallas=False)
-        assert got.shape == (*batch, len(nvec)) and got.dtype == dtype
-        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-        assert bool(MultiDiscrete(nvec).contains(got.astype(jnp.int32)))
-        keys = jax.random.split(key, 3)  # vmapped: the kernel's grid gains the keys' axis
-        vdraw = lambda k, p: hash_draws.multi_discrete(
-            k, batch, nvec, dtype, method=method, use_pallas=p
-        )
-        vgot, vwant = (jax.vmap(functools.partial(vdraw, p=p))(keys) for p in (True, False))
-        np.testing.assert_array_equal(np.asarray(vgot), np.asarray(vwant))
-    kd = jax.random.key_data(key)
-    s = np.arange(40, dtype=np.uint32)
-    ref = _threefry_numpy(kd, s)
-    ours = hash_draws.threefry2x32(kd[0], kd[1], jnp.zeros(40, jnp.uint32), jnp.asarray(s))
-    jaxs = threefry_2x32(kd, jnp.concatenate([jnp.zeros(40, jnp.uint32), jnp.asarray(s)]))
-    for w in range(2):
-        np.testing.assert_array_equal(np.asarray(ours[w]), ref[w].astype(np.uint32))
-        np.testing.assert_array_equal(np.asarray(jaxs[40 * w : 40 * (w + 1)]), ref[w])
-    with pytest.raises(ValueError, match="one typed key"):
-        hash_draws.multi_discrete(jax.random.split(key), (3,), (2, 2))
-    with pytest.raises(ValueError, match="threefry2x32 key"):
-        hash_draws.multi_discrete(jax.random.key(0, impl="rbg"), (3,), (2, 2))
-    with pytest.raises(ValueError, match="method must be one of"):
-        hash_draws.multi_discrete(key, (3,), (2, 2), method="xorwow")
-
-
-@pytest.mark.parametrize("nvec", [(3, 7, 5), (1, 9), (21, 21), (4097, 4097)])
+@pytest.mark.parametrize("nvec", [(3, 7, 5), (1, 9), (21, 21), (4097, 4097), (2**30, 3)])
 def test_multidiscrete_sample_odd_sizes_in_range(nvec):
-    # (4097, 4097): P > 2^23, one uniform per component
     x = np.asarray(MultiDiscrete(nvec).sample(jax.random.key(1), (20_000,)))
     assert x.min() >= 0 and np.all(x.max(0) < np.asarray(nvec))
     if np.prod(nvec) <= 441:  # ≥ 45 expected per vector: every one is drawn
         assert len({tuple(r) for r in x}) == np.prod(nvec)
+    if nvec[0] > 2**23:  # beyond a float32 uniform's 2^23 steps: odd values drawn too
+        assert np.mean(x[:, 0] % 2) > 0.4 and x[:, 0].max() > 2**29
+
+
+def test_discrete_sample_large_n_reaches_every_value():
+    """``n > 2^23``: not ``floor(u · n)`` of a 23-bit uniform (which gives multiples of
+    ``n / 2^23`` only); `Discrete` then draws by `jax.random.randint`."""
+    x = np.asarray(Discrete(2**30).sample(jax.random.key(2), (20_000,)))
+    assert x.min() >= 0 and x.max() < 2**30 and np.mean(x % 2) > 0.4
 
 
 @pytest.mark.parametrize("batch", [(), (7,), (2, 3)])
@@ -197,12 +82,12 @@ def test_multidiscrete_sample_shapes_and_dtypes(batch, dtype):
     space = MultiDiscrete([21, 21], dtype)
     x = space.sample(jax.random.key(0), batch)
     assert x.shape == (*batch, 2) and x.dtype == dtype and bool(space.contains(x))
-    big = MultiDiscrete([4097, 4097])
-    y = big.sample(jax.random.key(0), batch)
-    assert y.shape == (*batch, 2) and y.dtype == jnp.int32 and bool(big.contains(y))
+    full = MultiDiscrete([256, 255], dtype)  # 256: uint8's whole range
+    y = full.sample(jax.random.key(0), batch)
+    assert y.shape == (*batch, 2) and y.dtype == dtype and bool(full.contains(y))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(
     low=st.floats(-10, 0),
     width=st.floats(0.01, 10),
@@ -373,6 +258,45 @@ def test_vectorize_errors(env):
         venv.step(jax.random.key(0), state, env.sample_actions(jax.random.key(0)))
 
 
+class _Observed(Counter):
+    """`Counter` with `Env.observations` but the branching auto-reset preferred (as
+    classic control): `VecEnv`'s ``"auto"`` mode picks by ``select_reset_max_envs``."""
+
+    def observations(self, state, params):
+        return self._obs(state)
+
+    @property
+    def reset_by_select(self):
+        return False
+
+
+def test_select_reset_max_envs_is_a_constructor_choice():
+    """Two batches that differ only in ``select_reset_max_envs`` compile their own
+    auto-reset (select: no `lax.cond`; above the limit: the branch) within one process,
+    and both give the same steps."""
+    env = _Observed(length=3)
+    pol = jaxdrive.random_policy(env)
+    out, conds = {}, {}
+    for limit in (2048, 4):  # 6 envs: select below 2048, the branch above 4
+        venv = jaxdrive.vectorize(env, 6, select_reset_max_envs=limit)
+        assert venv.select_reset_max_envs == limit
+
+        def run(key, venv=venv):
+            def body(carry, k):
+                ka, ks = jax.random.split(k)
+                state, ts = venv.step(ks, carry[0], pol(ka, carry[1].obs))
+                return (state, ts), ts
+
+            init = venv.reset(jax.random.key(0))
+            return jax.lax.scan(body, init, jax.random.split(key, 8))[1]
+
+        conds[limit] = "cond" in str(jax.make_jaxpr(run)(jax.random.key(1)))
+        out[limit] = jax.jit(run)(jax.random.key(1))
+    assert conds == {2048: False, 4: True}
+    assert int(np.sum(out[4].done)) > 0  # episodes ended: both resets ran
+    jaxdrive.testing.assert_trees_equal(out[2048], out[4], "select vs branch auto-reset")
+
+
 def test_rollout_shapes_no_retrace_and_determinism(env):
     traces = {"n": 0}
 
@@ -421,48 +345,10 @@ def test_random_policy_distinct_spaces_per_group():
     obs = {g: jnp.zeros((16, env.num_agents(g), 2)) for g in env.groups}
     acts = jaxdrive.random_policy(env)(jax.random.key(0), obs)
     assert acts["red"].shape == (16, 2) and acts["blue"].shape == (16, 3, 2)
-    for g in env.groups:
+    for g, k in zip(env.groups, jax.random.split(jax.random.key(0)), strict=True):
         assert acts[g].dtype == jnp.int32 and bool(env.action_space(g).contains(acts[g]))
-
-
-def test_random_policy_multidiscrete_groups_in_one_kernel(monkeypatch):
-    """Groups of `MultiDiscrete` spaces (Philox, the default draw) draw in one Pallas
-    kernel (`hash_draws.multi_discrete_groups`) with each space's own ``sample`` values;
-    also with a group of no agents and with ``use_pallas`` off (XLA)."""
-    from jaxdrive import hash_draws
-
-    class Multi(Counter):
-        def action_space(self, group):
-            return MultiDiscrete([3, 5, 7]) if group == "red" else MultiDiscrete([21, 21])
-
-    calls = []
-    grouped = hash_draws.multi_discrete_groups
-    monkeypatch.setattr(
-        hash_draws, "multi_discrete_groups", lambda *a, **k: calls.append(1) or grouped(*a, **k)
-    )
-    key = jax.random.key(8)
-    for num_red in (3, 0):
-        env = Multi(num_red=num_red, num_blue=5)
-        obs = {g: jnp.zeros((13, env.num_agents(g), 2)) for g in env.groups}
-        acts = jax.jit(jaxdrive.random_policy(env))(key, obs)
-        keys = jax.random.split(key)
-        for g, k in zip(env.groups, keys, strict=True):
-            want = env.action_space(g).sample(k, (13, env.num_agents(g)))
-            np.testing.assert_array_equal(np.asarray(acts[g]), np.asarray(want))
-    assert len(calls) == 2  # one grouped draw per policy trace (its kernel: test_triton_lowering)
-    batches, nvecs, dtypes = [(4, 3), (0,), (9,)], [(3, 5, 7), (2,), (6, 6)], [jnp.int32] * 3
-    keys = jax.random.split(key, 3)
-    for use_pallas in (True, False):
-        got = grouped(keys, batches, nvecs, dtypes, use_pallas=use_pallas)
-        for i in range(3):
-            want = hash_draws.multi_discrete(
-                keys[i], batches[i], nvecs[i], method="philox", use_pallas=False
-            )
-            np.testing.assert_array_equal(np.asarray(got[i]), np.asarray(want))
-    with pytest.raises(ValueError, match="one batch shape, nvec and dtype per key"):
-        grouped(keys, batches[:2], nvecs, dtypes)
-    with pytest.raises(ValueError, match=r"a \[P\] typed key array"):
-        grouped(key, batches, nvecs, dtypes)
+        want = env.action_space(g).sample(k, (16, env.num_agents(g)))  # the space's own draw
+        np.testing.assert_array_equal(np.asarray(acts[g]), np.asarray(want))
 
 
 # ---------------------------------------------------------------------------- registry

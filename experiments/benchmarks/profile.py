@@ -4,8 +4,8 @@
 target like the benchmark suites do, traces one more call with `jax.profiler`, and
 prints the device kernels that took the most time (total ms per traced call, launches,
 share). On a CPU (no device plane in the trace) it prints the host's XLA ops instead.
-``--tiny`` shrinks every size for a quick check; ``--settings=mdraw=hash/...`` sets module
-defaults for the Tag targets as ``run.py --tag_settings`` does.
+``--tiny`` shrinks every size for a quick check; ``--backend`` picks the Tag env's
+backend (`TagContinuous`'s ``backend``).
 
 Targets: ``tag_k10`` (1000 envs × (10+100), k = 10), ``tag_full`` (same, full
 observation), ``tag_big`` (2000 envs × (5+995), k = 10), ``tag_a2c`` and ``tag_ppo``
@@ -43,15 +43,10 @@ def define_flags() -> None:
     flags.DEFINE_enum(
         "reset_mode", "auto", ["auto", "select", "cond"], "cartpole_env: auto-reset mode"
     )
-    flags.DEFINE_string("impl", "auto", "Tag neighbour search: auto | jax | pallas")
-    flags.DEFINE_string("step_impl", "auto", "Tag step: auto | xla | pallas | vector")
-    flags.DEFINE_bool("fold", True, "env-only targets: the harness's output folds (time_env_steps)")
+    flags.DEFINE_enum("backend", "auto", ["auto", "xla", "pallas"], "the Tag targets' backend")
     flags.DEFINE_bool("hlo", True, "print the top kernels' HLO instructions")
     flags.DEFINE_bool(
         "details", True, "print the top device kernels' launch details (registers, occupancy)"
-    )
-    flags.DEFINE_string(
-        "settings", "", "Tag targets: module settings as for run.py's --tag_settings (a=1/b=2)"
     )
     flags.DEFINE_multi_string(
         "override",
@@ -177,15 +172,11 @@ def _run_target(name: str, tiny: bool, trace_dir: str) -> dict[str, Any]:
         n, t, r, full = shape
         if tiny:
             n, t, r = 8, 2, 10
-        # The suite's env: WarpDrive's Tag settings (`tag_config.make_tag`); the defaults of
-        # `jaxdrive.make` play a different game (until 2026-11-24 run 56 this target
-        # used them: the 2000-env search then took 442 µs per step against 323).
-        env, params = make_tag(
-            t, r, full, min(10, t + r - 1), FLAGS.impl, step_impl=FLAGS.step_impl
-        )
+        # the env suite's env and harness: WarpDrive's Tag settings, no output folds
+        env, params = make_tag(t, r, full, min(10, t + r - 1), FLAGS.backend)
         return time_env_steps(
             env, params, n, 10 if tiny else 100, 3, profile_dir=trace_dir,
-            auto_reset=FLAGS.auto_reset, fold=FLAGS.fold,
+            auto_reset=FLAGS.auto_reset, fold=False,
         )  # fmt: skip
     if name == "cartpole_env":
         env, params = jaxdrive.make("CartPole-v1")
@@ -220,16 +211,6 @@ def main(argv: list[str]) -> None:
     unknown = [t for t in FLAGS.targets if t not in TARGETS]
     if unknown:
         raise app.UsageError(f"unknown target(s) {unknown}; targets: {', '.join(TARGETS)}")
-    from experiments.benchmarks.settings import apply_settings
-
-    _, restore = apply_settings(FLAGS.settings)
-    try:
-        _profile_all()
-    finally:
-        restore()
-
-
-def _profile_all() -> None:
     root = FLAGS.trace_dir or tempfile.mkdtemp(prefix="jaxdrive_profile_")
     for name in FLAGS.targets:
         d = os.path.join(root, name)

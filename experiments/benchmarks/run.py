@@ -1,28 +1,22 @@
 r"""One benchmark command: ``python -m experiments.benchmarks.run --suite=<name>``.
 
 Suites:
-  env      Tag env-only stepping at the configs of ../shared/bench (both impls).
-  env_big  the 10 envs × (100+10,000 agents) Tag config (both impls).
+  env      Tag env-only stepping, WarpDrive's Tag settings at the anchors' sizes, once per
+           backend of ``--backends``.
+  env_big  the 10 envs × (100+10,000 agents) Tag config (each backend).
   classic  CartPole env-only stepping at 1e3..1e6 envs (gymnax's scheme).
   train    end-to-end training throughput: Tag 1000 envs × (10+100) (A2C as WarpDrive
            runs it: its shared-torso network, then PPO), CartPole 10,000 envs (A2C, fc 32×32).
-  train_shapes  Tag training at 1000 vs 1024 envs (GEMM row counts; see NOTES.md).
-  train_layout  Tag A2C and PPO with a torso each for actor and critic vs one shared
-           torso (WarpDrive's FullyConnected layout), float32 vs bfloat16 activations.
   learning the learning targets: PPO CartPole (8 vmapped seeds), PPO Acrobot, DDPG
            Pendulum, PPO Tag (the ``advnorm`` preset, 1e8 env steps; trained vs random taggers).
   quick    tiny sizes of the env and train suites, for CPUs and the test suite.
-  tag_sweep  Tag learning variants (``--tag_sweep=base,advnorm,...``): tags per episode by
-           trained vs random taggers against the trained runners.
   scaling  data-parallel scaling on 1, 2, 4, ... devices (those present): Tag A2C
            1000 envs × (10+100) per device, CartPole A2C 10,000 envs per device; weak
            (envs per device fixed) and strong (the largest count's global batch, split).
 
 Prints a table and appends one JSON line per measurement to ``--out``.
-``--compare=PATH[,PATH]`` reads anchor JSON lines (../shared/bench/results/*/results.jsonl)
-and prints ratios against the matching anchor figures. ``--tag_settings=gstarts=runs/...``
-times the suite with module settings that are not the defaults yet (named as
-`experiments.benchmarks.env_ab_probe`'s variants name them; recorded in each line).
+``--compare=PATH[,PATH]`` reads anchor JSON lines (e.g. ``anchors/*.jsonl`` here) and
+prints ratios against the matching anchor figures.
 """
 
 from __future__ import annotations
@@ -37,60 +31,19 @@ from absl import app, flags
 from experiments.benchmarks.tag_config import make_tag
 
 FLAGS = flags.FLAGS
-SUITES = (
-    "quick", "env", "env_big", "classic", "train", "train_shapes", "train_layout", "learning",
-    "tag_sweep", "scaling",
-)  # fmt: skip
+SUITES = ("quick", "env", "env_big", "classic", "train", "learning", "scaling")
+BACKENDS = ("auto", "xla", "pallas")
 flags.DEFINE_enum("suite", "quick", SUITES, "which benchmark suite to run")
 flags.DEFINE_string("out", "experiments/benchmarks/results/results.jsonl", "JSON-lines output")
-flags.DEFINE_string("impls", "jax,pallas", "Tag neighbour-search paths to time")
+flags.DEFINE_list("backends", ["xla", "pallas"], f"TagContinuous backends to time {BACKENDS}")
 flags.DEFINE_integer("num_steps", 100, "steps per timed call")
 flags.DEFINE_integer("repeats", 5, "timed calls (median reported)")
 flags.DEFINE_integer("train_iterations", 5, "iterations per timed training call")
 flags.DEFINE_integer("num_seeds", 8, "vmapped seeds of the CartPole learning run")
 flags.DEFINE_integer(
-    "tag_seeds",
-    1,
-    "vmapped seeds of the Tag learning runs and sweeps (each evaluated)",
-    lower_bound=1,
+    "tag_seeds", 1, "vmapped seeds of the Tag learning runs (each evaluated)", lower_bound=1
 )
-flags.DEFINE_enum(
-    "tag_knn_obs_impl",
-    "auto",
-    ["auto", "xla", "pallas"],
-    "TagContinuous knn_obs_impl of the Tag env and train suites (k-nearest observation)",
-)
-flags.DEFINE_enum(
-    "tag_step_impl",
-    "auto",
-    ["auto", "xla", "pallas", "vector"],
-    "TagContinuous step_impl of the Tag env and train suites (the step's dynamics)",
-)
-flags.DEFINE_bool(
-    "tag_fold",
-    False,
-    "Tag env-only rows: the harness also sums rewards, the observations' time column and "
-    "the done flags into a scalar each step (every --suite=env Tag figure up to 2026-11-24's "
-    "run 9; the whole timestep is carried either way, so nothing is dead-code-eliminated)",
-)
-flags.DEFINE_enum(
-    "tag_dense_impl",
-    "auto",
-    ["auto", "xla", "fused_xla", "pallas"],
-    "dense_impl of the bfloat16 Tag training configs (hidden layers: GEMM then bias/relu, "
-    "or fused: algorithms.common.pallas_dense; auto: fused_xla); float32 configs keep "
-    "their default",
-)
-flags.DEFINE_enum(
-    "tag_head_impl",
-    "xla",
-    ["xla", "pallas"],
-    "head_impl of the Tag training configs (categorical log-prob/entropy in the learning "
-    "step: XLA or algorithms.common.pallas_categorical)",
-)
-flags.DEFINE_integer(
-    "tag_seed", 0, "config seed of the Tag learning runs and sweeps (the vmapped seeds' root)"
-)
+flags.DEFINE_integer("tag_seed", 0, "config seed of the Tag learning runs (the seeds' root)")
 flags.DEFINE_string(
     "matmul_precision",
     "",
@@ -110,22 +63,8 @@ flags.DEFINE_list(
     ["ppo_cartpole", "ppo_acrobot", "ddpg_pendulum", "ppo_tag"],
     "runs of --suite=learning (also: ppo_cartpole_bf16, ppo_tag_bf16: mixed precision)",
 )
-flags.DEFINE_list("tag_sweep", ["base", "advnorm"], "variants for --suite=tag_sweep")
-flags.DEFINE_integer(
-    "tag_learning_steps",
-    100_000_000,
-    "env steps of the Tag learning runs (H200: about 13 min float32, 6.6 min bfloat16)",
-)
-flags.DEFINE_string(
-    "compare", "", "comma-separated anchor JSONL files or globs (e.g. ../shared/bench/results/*/*)"
-)
-flags.DEFINE_string(
-    "tag_settings",
-    "",
-    "module settings for this run, as env_ab_probe's variants name them, '/'-separated "
-    "(e.g. 'gstarts=runs/wsorted=1'): a setting not yet the default timed by the suite; "
-    "each record lists them under 'settings'",
-)
+flags.DEFINE_integer("tag_learning_steps", 100_000_000, "env steps of the Tag learning runs")
+flags.DEFINE_string("compare", "", "anchor JSON lines to compare with (comma-separated globs)")
 
 # (num_envs, taggers, runners, full_obs, k)
 TAG_CONFIGS = {
@@ -137,44 +76,37 @@ TAG_CONFIGS = {
         (100, 10, 100, True, 10),
     ],
     "env_big": [(10, 100, 10_000, False, 10)],
-    "env_full": [(1000, 10, 100, True, 10), (1000, 10, 100, False, 10)],
     "quick": [(8, 2, 6, False, 3), (8, 2, 6, True, 3)],
 }
 CLASSIC_SIZES = {"classic": [1_000, 10_000, 100_000, 1_000_000], "quick": [64]}
 
 
 def run_suite(
-    suite: str,
-    num_steps: int,
-    repeats: int,
-    impls: list[str],
-    reset_mode: str = "auto",
-    knn_obs_impl: str = "auto",
-    step_impl: str = "auto",
-    fold: bool = False,
+    suite: str, num_steps: int, repeats: int, backends: list[str], reset_mode: str = "auto"
 ) -> list[dict[str, Any]]:
-    """Runs one suite; returns its records (also used by the tests at tiny sizes).
-    ``knn_obs_impl``, ``step_impl``: the Tag envs' (see `TagContinuous`); ``fold``: the
-    Tag rows' harness also sums outputs into a scalar each step (`time_env_steps`; the
-    CartPole rows always do, as gymnax's anchor script does)."""
+    """Runs the env-only rows of ``suite``; returns its records (also used by the tests at
+    tiny sizes). Tag rows time each of ``backends`` (`TagContinuous`'s) with the env's
+    own outputs only; CartPole rows also fold outputs into a scalar each step, as
+    gymnax's anchor script does (`time_env_steps`)."""
     import jaxdrive
     from experiments.benchmarks.timing import device_info, time_env_steps
 
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise ValueError(f"unknown backend(s) {unknown}; known: {BACKENDS}")
     info = device_info()
     records = []
     for n, t, r, full, k in TAG_CONFIGS.get(suite, []):
-        for impl in impls:
-            env, params = make_tag(t, r, full, k, impl, knn_obs_impl, step_impl)
-            rec = time_env_steps(env, params, n, num_steps, repeats, fold=fold)
+        for backend in backends:
+            env, params = make_tag(t, r, full, k, backend)
+            rec = time_env_steps(env, params, n, num_steps, repeats, fold=False)
             rec.update(
                 bench="tag_continuous_env",
-                impl=impl,
+                backend=backend,
                 num_taggers=t,
                 num_runners=r,
                 use_full_observation=full,
                 num_other_agents_observed=k,
-                knn_obs_impl=knn_obs_impl,
-                step_impl=step_impl,
                 **info,
             )
             records.append(rec)
@@ -185,8 +117,7 @@ def run_suite(
             env, params, n, num_steps if suite != "classic" else 1000, repeats,
             reset_mode=reset_mode,
         )  # fmt: skip
-        rec["reset_mode"] = reset_mode
-        rec.update(bench="cartpole_env", impl="jax", **info)
+        rec.update(bench="cartpole_env", reset_mode=reset_mode, **info)
         records.append(rec)
         print(_row(rec), flush=True)
     return records
@@ -194,7 +125,6 @@ def run_suite(
 
 _TAG = {"num_envs": 1000, "num_steps": 25}
 _SHARED = {"policies.tagger.shared_torso": True, "policies.runner.shared_torso": True}
-_SEPARATE = {"policies.tagger.shared_torso": False, "policies.runner.shared_torso": False}
 _BF16 = {"policies.tagger.compute_dtype": "bfloat16", "policies.runner.compute_dtype": "bfloat16"}
 
 # (name, config file, preset, overrides)
@@ -211,26 +141,6 @@ TRAIN_CONFIGS = {
             {"num_envs": 10_000, "num_steps": 500, "policies.agent.hidden_sizes": (32, 32)},
         ),
     ],
-    # GEMM row counts: 1000 envs × 25 steps × 100 runners = 2.5M rows (divisible by 32
-    # only); 1024 envs give 2.56M = 2¹² · 625 rows.
-    "train_shapes": [
-        ("tag_a2c", "tag_continuous", "a2c", {"num_envs": 1000, "num_steps": 25}),
-        ("tag_a2c_1024", "tag_continuous", "a2c", {"num_envs": 1024, "num_steps": 25}),
-        ("tag_ppo_1024", "tag_continuous", "", {"num_envs": 1024, "num_steps": 25}),
-        ("tag_a2c_1024x32", "tag_continuous", "a2c", {"num_envs": 1024, "num_steps": 32}),
-    ],
-    # WarpDrive's FullyConnected shares one 256×256 torso between the policy heads and
-    # the value head (so does the a2c preset); jaxdrive's default gives actor and critic
-    # a torso each.
-    "train_layout": [
-        ("tag_a2c", "tag_continuous", "a2c", {**_TAG}),
-        ("tag_a2c_separate", "tag_continuous", "a2c", {**_TAG, **_SEPARATE}),
-        ("tag_a2c_bf16", "tag_continuous", "a2c", {**_TAG, **_BF16}),
-        ("tag_a2c_separate_bf16", "tag_continuous", "a2c", {**_TAG, **_SEPARATE, **_BF16}),
-        ("tag_ppo", "tag_continuous", "", {**_TAG}),
-        ("tag_ppo_shared", "tag_continuous", "", {**_TAG, **_SHARED}),
-        ("tag_ppo_shared_bf16", "tag_continuous", "", {**_TAG, **_SHARED, **_BF16}),
-    ],
     "quick": [
         ("tag_ppo_tiny", "tag_continuous", "tiny", {}),
         ("cartpole_a2c_tiny", "cartpole", "tiny,a2c", {}),
@@ -238,21 +148,10 @@ TRAIN_CONFIGS = {
 }
 
 
-def run_train_suite(
-    suite: str,
-    iterations: int,
-    repeats: int,
-    knn_obs_impl: str = "auto",
-    step_impl: str = "auto",
-    dense_impl: str = "auto",
-    head_impl: str = "xla",
-) -> list[dict[str, Any]]:
-    """Training throughput records of ``suite``; ``dense_impl`` applies to the Tag
-    configs whose policies are bfloat16 with relu (the others keep ``"xla"``),
-    ``head_impl`` to every Tag policy."""
+def run_train_suite(suite: str, iterations: int, repeats: int) -> list[dict[str, Any]]:
+    """Training throughput records of ``suite`` (`TRAIN_CONFIGS`)."""
     import jax
 
-    from algorithms.common import networks
     from experiments.benchmarks.timing import device_info
     from experiments.benchmarks.training import load_config, time_training
 
@@ -260,33 +159,11 @@ def run_train_suite(
     records = []
     for name, cfg, preset, over in TRAIN_CONFIGS.get(suite, []):
         config = load_config(cfg, preset, **over)
-        if cfg == "tag_continuous":
-            config.env_kwargs.knn_obs_impl = knn_obs_impl
-            config.env_kwargs.step_impl = step_impl
-            for pol in config.policies.values():
-                pol.head_impl = head_impl
-                if pol.get("compute_dtype") == "bfloat16" and pol.get("activation") == "relu":
-                    pol.dense_impl = dense_impl
         config.total_env_steps = max(
             config.total_env_steps, config.num_envs * config.num_steps * iterations
         )
         rec = time_training(config, iterations=iterations, repeats=repeats)
         rec.update(bench="train", name=name, **info)
-        if cfg == "tag_continuous":
-            impls = {
-                networks.resolve_dense_impl(
-                    pol.get("dense_impl", "auto"),
-                    pol.get("compute_dtype", "float32"),
-                    pol.get("activation", "tanh"),
-                )
-                for pol in config.policies.values()
-            }
-            rec.update(
-                knn_obs_impl=knn_obs_impl,
-                step_impl=step_impl,
-                dense_impl=sorted(impls),
-                head_impl=head_impl,
-            )
         records.append(rec)
         print(
             f"train {name:<18} {jax.config.jax_default_matmul_precision or 'default':<14} "
@@ -338,6 +215,7 @@ def _bf16(*policies: str) -> dict[str, str]:
 
 def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
     """The learning targets (see the module docstring)."""
+    import jaxdrive
     from experiments.benchmarks.timing import device_info
     from experiments.benchmarks.training import (
         evaluate_tag_tagging_seeds,
@@ -378,86 +256,10 @@ def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
         rs, trainer, env = out.pop("_runner_state"), out.pop("_trainer"), out.pop("_env")
         out.update(bench="learning", name=name, target=target, **info)
         if name.startswith("ppo_tag"):
-            _, env_params = __import__("jaxdrive").make(config.env_name, **dict(config.env_kwargs))
+            _, env_params = jaxdrive.make(config.env_name, **dict(config.env_kwargs))
             out["tagging"] = evaluate_tag_tagging_seeds(env, env_params, trainer, rs, seeds)
         records.append(out)
         print(f"learning {name:<14} {json.dumps(out, default=str)}", flush=True)
-    return records
-
-
-# Tag learning variants (name -> (preset, overrides)) for --suite=tag_sweep.
-TAG_SWEEP = {
-    "base": ("", {}),
-    "advnorm": ("advnorm", {}),
-    "advnorm_lr1e-3": (
-        "",
-        {
-            "algo.normalize_advantages": True,
-            "algo.ent_coef": 0.01,
-            "policies.runner.lr": 1e-3,
-        },
-    ),
-    "rewnorm_lr3e-4": (
-        "",
-        {
-            "algo.normalize_advantages": True,
-            "algo.normalize_rewards": True,
-            "algo.ent_coef": 0.01,
-            "policies.runner.lr": 3e-4,
-            "policies.tagger.lr": 3e-4,
-        },
-    ),
-    "a2c": ("a2c", {}),
-}
-
-
-def run_tag_sweep(variants: list[str]) -> list[dict[str, Any]]:
-    """Trains Tag (1000 envs × 100 steps, ``--tag_learning_steps``) once per variant of
-    `TAG_SWEEP` and reports runners tagged per episode by trained vs random taggers."""
-    import numpy as np
-
-    import jaxdrive
-    from experiments.benchmarks.timing import device_info
-    from experiments.benchmarks.training import (
-        evaluate_tag_tagging_seeds,
-        learning_run,
-        load_config,
-    )
-
-    unknown = [v for v in variants if v not in TAG_SWEEP]
-    if unknown:
-        raise app.UsageError(f"unknown --tag_sweep variant(s) {unknown}; known: {list(TAG_SWEEP)}")
-    info = device_info()
-    records = []
-    for name in variants:
-        preset, over = TAG_SWEEP[name]
-        config = load_config(
-            "tag_continuous", preset, num_envs=1000, num_steps=100, seed=FLAGS.tag_seed, **over
-        )
-        config.total_env_steps = FLAGS.tag_learning_steps
-        out = learning_run(config, num_seeds=FLAGS.tag_seeds)
-        rs, trainer = out.pop("_runner_state"), out.pop("_trainer")
-        out.pop("_env")
-        env, env_params = jaxdrive.make(config.env_name, **dict(config.env_kwargs))
-        out["tagging"] = t = evaluate_tag_tagging_seeds(
-            env, env_params, trainer, rs, FLAGS.tag_seeds
-        )
-        if "per_seed" in t:  # the row below shows the mean; the JSON line has each seed
-            trained = np.mean([s["tags_per_episode_trained_taggers"] for s in t["per_seed"]])
-            rand = np.mean([s["tags_per_episode_random_taggers"] for s in t["per_seed"]])
-            t = {
-                "tags_per_episode_trained_taggers": trained,
-                "tags_per_episode_random_taggers": rand,
-                "ratio": t["ratio_mean"],
-            }
-        out.update(bench="tag_sweep", name=name, overrides=over, preset=preset, **info)
-        records.append(out)
-        print(
-            f"tag_sweep {name:<16} trained {t['tags_per_episode_trained_taggers']:6.2f} "
-            f"random {t['tags_per_episode_random_taggers']:6.2f} ratio {t['ratio']:5.2f} "
-            f"returns {json.dumps(out['final_returns'])} wall {out['wall_s_incl_compile']}s",
-            flush=True,
-        )
     return records
 
 
@@ -467,12 +269,11 @@ def _row(rec: dict[str, Any]) -> str:
         what = f"{rec['num_envs']}x({rec['num_taggers']}+{rec['num_runners']}) {obs}"
     else:
         what = f"{rec['num_envs']} envs"
-        if rec.get("fold"):
-            what += " fold"
     mem = rec.get("peak_memory_bytes")
     mem_s = f"{mem / 2**30:7.2f} GiB" if mem else "      n/a"
+    backend = rec.get("backend", "")
     return (
-        f"{rec['bench']:<20} {what:<26} {rec['impl']:<7} {rec['env_steps_per_s']:>14,.0f} env/s "
+        f"{rec['bench']:<20} {what:<26} {backend:<7} {rec['env_steps_per_s']:>14,.0f} env/s "
         f"{rec['agent_steps_per_s']:>16,.0f} agent/s {rec['ms_per_batch_step']:>9.3f} ms/step "
         f"{mem_s}  compile {rec['compile_s']:.1f}s"
     )
@@ -533,50 +334,24 @@ def compare(records: list[dict[str, Any]], anchors: list[dict[str, Any]]) -> lis
 
 def main(argv: list[str]) -> None:
     del argv
-    from experiments.benchmarks.settings import apply_settings
-
-    settings, restore = apply_settings(FLAGS.tag_settings)
-    try:
-        _main(settings)
-    finally:
-        restore()
-
-
-def _main(settings: dict[str, Any]) -> None:
-    if settings:
-        print(f"settings: {settings}")
-    impls = [s for s in FLAGS.impls.split(",") if s]
-    records = run_suite(
-        FLAGS.suite, FLAGS.num_steps, FLAGS.repeats, impls, FLAGS.reset_mode,
-        FLAGS.tag_knn_obs_impl, FLAGS.tag_step_impl, FLAGS.tag_fold,
-    )  # fmt: skip
     import jax
 
+    from experiments.benchmarks.timing import append_jsonl
+
+    records = run_suite(
+        FLAGS.suite, FLAGS.num_steps, FLAGS.repeats, FLAGS.backends, FLAGS.reset_mode
+    )
     for precision in FLAGS.matmul_precision.split(",") if FLAGS.matmul_precision else [""]:
         with jax.default_matmul_precision(precision or None):
-            recs = run_train_suite(
-                FLAGS.suite,
-                FLAGS.train_iterations,
-                FLAGS.repeats,
-                FLAGS.tag_knn_obs_impl,
-                FLAGS.tag_step_impl,
-                FLAGS.tag_dense_impl,
-                FLAGS.tag_head_impl,
-            )
+            recs = run_train_suite(FLAGS.suite, FLAGS.train_iterations, FLAGS.repeats)
         for rec in recs:
             rec["matmul_precision"] = precision or "default"
         records += recs
     if FLAGS.suite == "learning":
         records += run_learning_suite(FLAGS.num_seeds)
-    if FLAGS.suite == "tag_sweep":
-        records += run_tag_sweep(FLAGS.tag_sweep)
     if FLAGS.suite == "scaling":
         records += run_scaling_suite(FLAGS.train_iterations, FLAGS.repeats)
     for rec in records:
-        from experiments.benchmarks.timing import append_jsonl
-
-        if settings:
-            rec["settings"] = settings
         append_jsonl(FLAGS.out, rec)
     if FLAGS.compare:
         print("\nratios against anchors:")
@@ -586,9 +361,4 @@ def _main(settings: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
-    # The probes import this module for its flags and `make_tag` (`--tag_settings` loads
-    # env_ab_probe): the same module, not a second copy defining the flags again.
-    sys.modules.setdefault("experiments.benchmarks.run", sys.modules[__name__])
     app.run(main)

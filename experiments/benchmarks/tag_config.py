@@ -36,16 +36,11 @@ WARPDRIVE_TAG_ENV = dict(
 
 
 def make_tag(
-    taggers: int,
-    runners: int,
-    full: bool,
-    k: int,
-    impl: str,
-    knn_obs_impl: str = "auto",
-    step_impl: str = "auto",
+    taggers: int, runners: int, full: bool, k: int, backend: str = "auto"
 ) -> tuple[Any, Any]:
-    """The WarpDrive-config TagContinuous with the given counts (via the registry):
-    ``(env, params)``."""
+    """The WarpDrive-config TagContinuous with the given counts, observation set and
+    `TagContinuous` ``backend`` (``"auto"``, ``"xla"`` or ``"pallas"``), via the
+    registry: ``(env, params)``."""
     import jaxdrive
 
     kw = dict(WARPDRIVE_TAG_ENV)
@@ -54,8 +49,6 @@ def make_tag(
         num_runners=runners,
         use_full_observation=full,
         num_other_agents_observed=k,
-        impl=impl,
-        knn_obs_impl=knn_obs_impl,
-        step_impl=step_impl,
+        backend=backend,
     )
     return jaxdrive.make("tag_continuous", **kw)

@@ -3,20 +3,19 @@
 Env-only stepping: one jitted program resets ``N`` envs (outside the timed region),
 then runs a `lax.scan` of ``T`` steps; the ``[T, G + 1]`` per-step keys (each of the ``G``
 groups' actions, the env) are split once before the scan, in the same program (no split
-kernel per step; `jaxdrive.random_policy` takes the groups' keys as given). Each step
-draws uniform random actions on the device, steps every env (auto-reset on), and carries
-the state and the whole timestep (observations, rewards, flags, extras) to the next step
-and out of the program, so nothing the env computes is dead-code-eliminated: every
-step's outputs are materialised. With ``fold=True`` (the default here: the CartPole
-rows, and every Tag figure up to 2026-11-24's run 9) it also sums the rewards, the
-observations' time column and the done flags into a scalar of the carry: extra
-reductions that cost the harness ≈ 15% of a Tag step at 1000 × (10+100) on an H200
-(`experiments/benchmarks/NOTES.md`); ``fold=False`` times the env's own work only.
+kernel per step). Each step draws uniform random actions on the device
+(`experiments.benchmarks.random_actions.random_policy`: every group's draw in one
+kernel), steps every env (auto-reset on), and carries the state and the whole timestep
+(observations, rewards, flags, extras) to the next step and out of the program, so
+nothing the env computes is dead-code-eliminated: every step's outputs are
+materialised. With ``fold=True`` (the CartPole rows, as gymnax's benchmark does) it also
+sums the rewards, the observations' last column and the done flags into a scalar of
+the carry: extra reductions that are the harness's work, not the env's; ``fold=False``
+(the Tag rows) times the env's own work only.
 Compile is excluded; the figure is the median over ``repeats`` timed calls, each ended by
 ``block_until_ready``. No host transfer happens inside a timed call. The program donates
 its initial carry (the reset state and timestep), so the scan does not copy it first;
-each call gets its own device copy, made before its clock starts (since 2026-11-26:
-earlier figures include that copy, ≈ 3 µs per step at 2000 × (5+995) and 100 steps).
+each call gets its own device copy, made before its clock starts.
 """
 
 from __future__ import annotations
@@ -35,9 +34,9 @@ import jax
 import jax.numpy as jnp
 
 import jaxdrive
+from experiments.benchmarks import random_actions
 
 __all__ = [
-    "ACTION_KEYS",
     "EnvStepTimer",
     "append_jsonl",
     "device_info",
@@ -46,12 +45,6 @@ __all__ = [
     "time_compiled",
     "time_env_steps",
 ]
-
-
-#: The random actions' keys: ``"threefry"`` (JAX's default PRNG, split from the call's
-#: key), or ``"rbg"`` (XLA's ``RngBitGenerator``, one key per step seeded from the
-#: threefry keys before the scan). The env's own keys (its resets) stay threefry.
-ACTION_KEYS = ("threefry", "rbg")
 
 
 def device_info() -> dict[str, Any]:
@@ -122,7 +115,7 @@ def profile_call(
 class EnvStepTimer:
     """Env-only stepping compiled once, timed as often as asked (`time_env_steps` is one
     `time` of a new timer). Building it resets the envs and compiles the ``T``-step scan
-    (module defaults read at trace time take effect then); `time` runs the compiled
+    once; `time` runs the compiled
     program ``repeats`` times and returns a result record."""
 
     def __init__(
@@ -135,20 +128,17 @@ class EnvStepTimer:
         auto_reset: bool = True,
         reset_mode: str = "auto",
         fold: bool = True,
-        action_keys: str = "threefry",
     ) -> None:
-        if action_keys not in ACTION_KEYS:
-            raise ValueError(f"action_keys must be one of {ACTION_KEYS}, got {action_keys!r}")
         venv = jaxdrive.vectorize(env, num_envs, auto_reset=auto_reset, reset_mode=reset_mode)
-        policy = jaxdrive.random_policy(env)
+        policy = random_actions.random_policy(env)
 
         @jax.jit
         def reset(key):
             return venv.reset(key, params)
 
         # The initial carry is donated: the scan updates it in place instead of first
-        # copying it (568 MB of observations at 2000 × (5+995)); `time` hands each call
-        # its own copy, made before the clock starts.
+        # copying it (the observations of every env); `time` hands each call its own
+        # copy, made before the clock starts.
         @functools.partial(jax.jit, donate_argnums=(1, 2))
         def run(key, state, ts):
             def body(carry, k):
@@ -166,9 +156,6 @@ class EnvStepTimer:
             groups = len(env.groups)
             keys = jax.random.split(key, (num_steps, groups + 1))
             akeys, ekeys = keys[:, :groups], keys[:, groups]
-            if action_keys == "rbg":  # [T, G] rbg keys seeded from the threefry ones
-                bits = jax.vmap(jax.vmap(lambda kk: jax.random.bits(kk, (4,), jnp.uint32)))(akeys)
-                akeys = jax.random.wrap_key_data(bits, impl="rbg")
             init = (state, ts, jnp.zeros((), jnp.float32)) if fold else (state, ts)
             carry, _ = jax.lax.scan(body, init, (akeys, ekeys))
             return carry if fold else (*carry, jnp.zeros((), jnp.float32))
@@ -179,7 +166,6 @@ class EnvStepTimer:
         self.compile_s = time.perf_counter() - t0
         self._seed = seed
         self._env, self._num_envs, self._num_steps, self._fold = env, num_envs, num_steps, fold
-        self._action_keys = action_keys
 
     def time(self, repeats: int = 5, profile_dir: str | None = None) -> dict[str, Any]:
         """Times ``repeats`` calls of the compiled scan (after one warm-up call), each
@@ -214,7 +200,6 @@ class EnvStepTimer:
             "ms_per_batch_step": 1e3 * med / t,
             "peak_memory_bytes": peak_memory_bytes(),
             "fold": bool(self._fold),
-            "action_keys": self._action_keys,
             **({"_hlo": self._compiled.as_text()} if profile_dir else {}),
         }
 
@@ -230,17 +215,16 @@ def time_env_steps(
     auto_reset: bool = True,
     reset_mode: str = "auto",
     fold: bool = True,
-    action_keys: str = "threefry",
 ) -> dict[str, Any]:
     """Times env-only stepping (see the module docstring); returns a result record.
 
     With ``profile_dir``, one extra call (after the timed ones) is traced there;
     ``auto_reset=False`` times the step without the batch's reset check; ``fold``: also
-    sum outputs into a scalar each step (module docstring); ``action_keys``: the random
-    actions' PRNG (`ACTION_KEYS`). One `EnvStepTimer`, timed once."""
+    sum outputs into a scalar each step (module docstring). One `EnvStepTimer`, timed
+    once."""
     timer = EnvStepTimer(
         env, params, num_envs, num_steps, seed, auto_reset=auto_reset, reset_mode=reset_mode,
-        fold=fold, action_keys=action_keys,
+        fold=fold,
     )  # fmt: skip
     return timer.time(repeats, profile_dir)
 

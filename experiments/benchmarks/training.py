@@ -28,7 +28,6 @@ __all__ = [
     "learning_run",
     "load_config",
     "set_dotted",
-    "tag_a2c_throughput",
     "time_training",
 ]
 
@@ -91,17 +90,6 @@ def time_training(
         "peak_memory_bytes": peak_memory_bytes(),
         **({"_hlo": compiled.as_text()} if profile_dir else {}),
     }
-
-
-def tag_a2c_throughput(compute_dtype: str, repeats: int = 5, **overrides: Any) -> float:
-    """Env steps/s of WarpDrive's Tag A2C (the ``a2c`` preset: 1000 envs × (10+100), 25
-    steps, fc 256×256 shared torso) with both policies in ``compute_dtype`` and dotted
-    ``overrides``; 5 iterations per timed call, the median of ``repeats`` (the probes'
-    A/B unit)."""
-    over = {f"policies.{p}.compute_dtype": compute_dtype for p in ("tagger", "runner")}
-    config = load_config("tag_continuous", "a2c", num_envs=1000, num_steps=25, **over, **overrides)
-    config.total_env_steps = 10**9
-    return time_training(config, iterations=5, repeats=repeats)["env_steps_per_s"]
 
 
 def _final_returns(metrics: dict[str, jax.Array], last: int) -> dict[str, np.ndarray]:
