@@ -102,7 +102,7 @@ def run_suite(
             rec = time_env_steps(env, params, n, num_steps, repeats, fold=False)
             rec.update(
                 bench="tag_continuous_env",
-                backend=backend,
+                env_backend=backend,  # ("backend" is the device platform's, device_info)
                 num_taggers=t,
                 num_runners=r,
                 use_full_observation=full,
@@ -271,7 +271,7 @@ def _row(rec: dict[str, Any]) -> str:
         what = f"{rec['num_envs']} envs"
     mem = rec.get("peak_memory_bytes")
     mem_s = f"{mem / 2**30:7.2f} GiB" if mem else "      n/a"
-    backend = rec.get("backend", "")
+    backend = rec.get("env_backend", "")
     return (
         f"{rec['bench']:<20} {what:<26} {backend:<7} {rec['env_steps_per_s']:>14,.0f} env/s "
         f"{rec['agent_steps_per_s']:>16,.0f} agent/s {rec['ms_per_batch_step']:>9.3f} ms/step "
