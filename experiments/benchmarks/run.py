@@ -30,6 +30,17 @@ from absl import app, flags
 
 from experiments.benchmarks.tag_config import make_tag
 
+__all__ = [
+    "BACKENDS",
+    "SUITES",
+    "compare",
+    "load_anchors",
+    "run_learning_suite",
+    "run_scaling_suite",
+    "run_suite",
+    "run_train_suite",
+]
+
 FLAGS = flags.FLAGS
 SUITES = ("quick", "env", "env_big", "classic", "train", "learning", "scaling")
 BACKENDS = ("auto", "xla", "pallas")
