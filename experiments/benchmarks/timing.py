@@ -115,8 +115,8 @@ def profile_call(
 class EnvStepTimer:
     """Env-only stepping compiled once, timed as often as asked (`time_env_steps` is one
     `time` of a new timer). Building it resets the envs and compiles the ``T``-step scan
-    once; `time` runs the compiled
-    program ``repeats`` times and returns a result record."""
+    once; `time` runs the compiled program ``repeats`` times and returns a result
+    record."""
 
     def __init__(
         self,
