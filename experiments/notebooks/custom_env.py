@@ -239,8 +239,9 @@ print("JAX on", jax.devices())
     md("""
     ## 7 · Train with PPO
 
-    Training is configured with an `ml_collections.ConfigDict`, like the files in
-    `experiments/configs/`:
+    Training is configured with an `ml_collections.ConfigDict`. As the files in
+    `experiments/configs/` do, it sets only what differs from the algorithm's defaults
+    (`algorithms.common.config.base_config("ppo")` lists every key with its default):
 
     * `env_name`, `env_kwargs`: what `jaxdrive.make` builds;
     * `num_envs` × `num_steps`: the rollout of one iteration, `total_env_steps` the length

@@ -109,8 +109,14 @@ print("JAX", jax.__version__, "on", jax.devices())
 
     `jaxdrive.vectorize(env, num_envs)` batches environments with `jax.vmap`: every array
     gains a leading env axis, `ts.obs[g]: [N, A_g, *obs_shape]`. Finished episodes restart
-    automatically inside `step` (under a `lax.cond`, so steps where nothing ends pay
-    nothing for it).
+    automatically inside `step`: Tag draws a fresh start for every env and keeps it where
+    an episode ended, then builds the observations once.
+
+    How an environment computes is part of the environment: `TagContinuous` takes
+    `backend="auto"` (Pallas kernels on a GPU, plain JAX elsewhere), `"xla"` (the
+    plain-JAX reference) or `"pallas"`, e.g.
+    `jaxdrive.make("tag_continuous", num_runners=8, backend="xla")`. Two envs that differ
+    in it compile two programs.
     """),
     code("""
     venv = jaxdrive.vectorize(env, num_envs=NUM_ENVS)

@@ -12,7 +12,7 @@ CELLS: list[Cell] = [
 
     A whole training run is one pure function of its key, so `jax.vmap` runs many seeds
     side by side in one program: one compile, one launch, all seeds sharing the device.
-    Then: which devices JAX sees, the plan for several devices, and the benchmark suite.
+    Then: which devices JAX sees, one run over several devices, and the benchmark suite.
     """),
     code(
         SMALL_CELL
@@ -95,12 +95,14 @@ ON_GPU = jax.default_backend() == "gpu"
     print("final return over seeds:", {k: round(float(v), 1) for k, v in stats.items()})
     """),
     md("""
-    ## Several devices (coming)
+    ## Several devices
 
-    The next step spreads one run's environment batch over a device mesh (`shard_map`
-    with a named axis; gradients and statistics averaged with `lax.pmean`), with
-    `jax.distributed.initialize` for several hosts: the same program, results equal to
-    the single-device run up to floating-point tolerance.
+    `config.num_devices = D` (or `python -m experiments.train ... --num_devices=D`) spreads
+    one run's environment batch over a device mesh (`shard_map` with a named axis;
+    gradients and statistics combined across devices), and `--coordinator_address`,
+    `--num_processes`, `--process_id` start the same program on several hosts. Per-env
+    randomness is keyed by the env's global index, so 1 and D devices give the same
+    numbers up to floating-point summation order.
 
     To develop multi-device code without GPUs, XLA can pretend the CPU is several devices.
     The flag must be set before JAX starts, so here it runs in a fresh Python process:
@@ -121,16 +123,14 @@ ON_GPU = jax.default_backend() == "gpu"
     actions, auto-reset, compile excluded, median of several calls) for Tag and CartPole
     at small sizes; the `env`, `env_big` and `classic` suites use WarpDrive's and gymnax's
     benchmark sizes (`--compare` prints ratios against stored anchor figures). The same
-    from Python: `run_suite`, which returns one record per measurement. The Pallas
-    neighbour-search kernels of Tag run on GPUs; on a CPU they run in the slow
-    interpreter, so only the plain-JAX path is timed there.
+    from Python: `run_suite`, which returns one record per measurement. Tag runs with its
+    default `backend="auto"`: the Pallas kernels on a GPU, plain JAX on a CPU.
     """),
     code("""
     from experiments.benchmarks.run import run_suite
 
-    impls = ["jax", "pallas"] if ON_GPU else ["jax"]
     num_steps, repeats = (10, 1) if SMALL else (100, 5)
-    records = run_suite("quick", num_steps=num_steps, repeats=repeats, impls=impls)
+    records = run_suite("quick", num_steps=num_steps, repeats=repeats)
     print(len(records), "measurements; fields:", sorted(records[0]))
     """),
 ]
