@@ -5,7 +5,7 @@ that show each tutorial did its job."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
 import pathlib
 import re
@@ -23,10 +23,7 @@ CELL_TIMEOUT = 300  # seconds per cell; the tiny sizes take a few seconds each
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("build_notebooks", NB_DIR / "build_notebooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("experiments.notebooks.build_notebooks")
 
 
 def test_notebooks_match_their_generator():
@@ -36,8 +33,8 @@ def test_notebooks_match_their_generator():
     for name in NAMES:
         text = (NB_DIR / f"{name}.ipynb").read_text(encoding="utf8")
         assert text == gen.render(name), (
-            f"{name}.ipynb differs from build_notebooks.py: run "
-            "`python experiments/notebooks/build_notebooks.py`"
+            f"{name}.ipynb differs from its generator: run "
+            "`python -m experiments.notebooks.build_notebooks`"
         )
         nb = nbformat.reads(text, as_version=4)
         nbformat.validate(nb)
