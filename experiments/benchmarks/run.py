@@ -93,12 +93,17 @@ CLASSIC_SIZES = {"classic": [1_000, 10_000, 100_000, 1_000_000], "quick": [64]}
 
 
 def run_suite(
-    suite: str, num_steps: int, repeats: int, backends: list[str], reset_mode: str = "auto"
+    suite: str,
+    num_steps: int,
+    repeats: int,
+    backends: tuple[str, ...] = ("auto",),
+    reset_mode: str = "auto",
 ) -> list[dict[str, Any]]:
     """Runs the env-only rows of ``suite``; returns its records (also used by the tests at
     tiny sizes). Tag rows time each of ``backends`` (`TagContinuous`'s) with the env's
     own outputs only; CartPole rows also fold outputs into a scalar each step, as
-    gymnax's anchor script does (`time_env_steps`)."""
+    gymnax's anchor script does (`time_env_steps`). The default backend, ``"auto"``,
+    is the env's own choice: the Pallas kernels on a GPU, plain JAX elsewhere."""
     import jaxdrive
     from experiments.benchmarks.timing import device_info, time_env_steps
 
