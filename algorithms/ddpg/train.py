@@ -265,6 +265,80 @@ def _as_raw_key(key: jax.Array) -> jax.Array:
 
 
 # ----------------------------------------------------------------------------------------
+# one policy's initial state, transitions and learning step
+def _init_policy(key: jax.Array, p: _Policy) -> PolicyState:
+    """Fresh actor and critic parameters (targets equal to them) and optimiser states."""
+    k_a, k_c = jax.random.split(key)
+    obs = jnp.zeros((1, int(np.prod(p.obs_shape, dtype=np.int64))), jnp.float32)
+    act = jnp.zeros((1, p.action_dim), jnp.float32)
+    actor = p.actor.init(k_a, obs)
+    critic = p.critic.init(k_c, obs, act)
+    return PolicyState(
+        actor=actor,
+        critic=critic,
+        target_actor=actor,
+        target_critic=critic,
+        actor_opt=p.actor_tx.init(actor),
+        critic_opt=p.critic_tx.init(critic),
+    )
+
+
+def _policy_batch(traj: dict[str, Any], p: _Policy) -> rb.Transition:
+    """The rollout's transitions of ``p``'s agents, flattened to ``[T * N * A_p, ...]``."""
+
+    def cat(field: str) -> jax.Array:
+        x = jnp.concatenate([traj[field][g].astype(jnp.float32) for g in p.groups], axis=2)
+        return x.reshape(-1, *x.shape[3:])
+
+    return rb.Transition(
+        obs=cat("obs"),
+        action=cat("action"),
+        reward=cat("reward"),
+        next_obs=cat("next_obs"),
+        terminated=cat("terminated"),
+        active=cat("active"),
+    )
+
+
+def _gradient_step(p: _Policy, ps: PolicyState, buf: rb.ReplayBuffer, key: jax.Array):
+    """Critic step, actor step (on the new critic), then Polyak target updates."""
+    batch = rb.sample(buf, key, p.hp["batch_size"])
+    (c_loss, q_mean), c_grads = jax.value_and_grad(losses.critic_loss, has_aux=True)(
+        ps.critic, ps.target_actor, ps.target_critic, batch, p.hp["gamma"], p.mu, p.q
+    )
+    upd, critic_opt = p.critic_tx.update(c_grads, ps.critic_opt, ps.critic)
+    critic = optax.apply_updates(ps.critic, upd)
+    a_loss, a_grads = jax.value_and_grad(losses.actor_loss)(ps.actor, critic, batch, p.mu, p.q)
+    upd, actor_opt = p.actor_tx.update(a_grads, ps.actor_opt, ps.actor)
+    actor = optax.apply_updates(ps.actor, upd)
+    tau = p.hp["tau"]
+    new = PolicyState(
+        actor=actor,
+        critic=critic,
+        target_actor=losses.soft_update(ps.target_actor, actor, tau),
+        target_critic=losses.soft_update(ps.target_critic, critic, tau),
+        actor_opt=actor_opt,
+        critic_opt=critic_opt,
+    )
+    return new, {"actor": a_loss, "critic": c_loss, "q_mean": q_mean}
+
+
+def _learn(p: _Policy, ps: PolicyState, buf: rb.ReplayBuffer, key: jax.Array, iteration):
+    """``updates_per_iteration`` gradient steps (a scan) once learning has started."""
+
+    def run(ps, key):
+        keys = jax.random.split(key, p.hp["updates_per_iteration"])
+        ps, stats = jax.lax.scan(lambda c, k: _gradient_step(p, c, buf, k), ps, keys)
+        return ps, jax.tree.map(jnp.mean, stats)
+
+    def skip(ps, key):
+        zero = jnp.zeros((), jnp.float32)
+        return ps, {"actor": zero, "critic": zero, "q_mean": zero}
+
+    return jax.lax.cond(iteration >= p.learn_from_iter, run, skip, ps, key)
+
+
+# ----------------------------------------------------------------------------------------
 def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
     """Builds the DDPG `Trainer` for ``env`` (``jaxdrive.make(config.env_name)`` if None).
 
@@ -297,26 +371,11 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
     group_policy = {g: p for p in pols.values() for g in p.groups}
 
     # ---- init ---------------------------------------------------------------------
-    def init_policy(key: jax.Array, p: _Policy) -> PolicyState:
-        k_a, k_c = jax.random.split(key)
-        obs = jnp.zeros((1, int(np.prod(p.obs_shape, dtype=np.int64))), jnp.float32)
-        act = jnp.zeros((1, p.action_dim), jnp.float32)
-        actor = p.actor.init(k_a, obs)
-        critic = p.critic.init(k_c, obs, act)
-        return PolicyState(
-            actor=actor,
-            critic=critic,
-            target_actor=actor,
-            target_critic=critic,
-            actor_opt=p.actor_tx.init(actor),
-            critic_opt=p.critic_tx.init(critic),
-        )
-
     def init(key: jax.Array) -> RunnerState:
         key = jax.random.wrap_key_data(_as_raw_key(key))
         key, k_env, k_pol = jax.random.split(key, 3)
         pkeys = jax.random.split(k_pol, len(pols))
-        policies = {n: init_policy(k, p) for (n, p), k in zip(pols.items(), pkeys, strict=True)}
+        policies = {n: _init_policy(k, p) for (n, p), k in zip(pols.items(), pkeys, strict=True)}
         buffers = {
             p.name: rb.init(p.hp["buffer_size"], p.obs_shape, p.action_dim) for p in learners
         }
@@ -390,59 +449,7 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
         xs = (jax.random.split(key, T), jnp.arange(T, dtype=jnp.int32))
         return jax.lax.scan(step, (rs.env_state, rs.timestep, rs.noise), xs)
 
-    def policy_batch(traj: dict[str, Any], p: _Policy) -> rb.Transition:
-        """The rollout's transitions of ``p``'s agents, flattened to ``[T * N * A_p, ...]``."""
-
-        def cat(field: str) -> jax.Array:
-            x = jnp.concatenate([traj[field][g].astype(jnp.float32) for g in p.groups], axis=2)
-            return x.reshape(-1, *x.shape[3:])
-
-        return rb.Transition(
-            obs=cat("obs"),
-            action=cat("action"),
-            reward=cat("reward"),
-            next_obs=cat("next_obs"),
-            terminated=cat("terminated"),
-            active=cat("active"),
-        )
-
     # ---- learning -----------------------------------------------------------------
-    def gradient_step(p: _Policy, ps: PolicyState, buf: rb.ReplayBuffer, key: jax.Array):
-        """Critic step, actor step (on the new critic), then Polyak target updates."""
-        batch = rb.sample(buf, key, p.hp["batch_size"])
-        (c_loss, q_mean), c_grads = jax.value_and_grad(losses.critic_loss, has_aux=True)(
-            ps.critic, ps.target_actor, ps.target_critic, batch, p.hp["gamma"], p.mu, p.q
-        )
-        upd, critic_opt = p.critic_tx.update(c_grads, ps.critic_opt, ps.critic)
-        critic = optax.apply_updates(ps.critic, upd)
-        a_loss, a_grads = jax.value_and_grad(losses.actor_loss)(ps.actor, critic, batch, p.mu, p.q)
-        upd, actor_opt = p.actor_tx.update(a_grads, ps.actor_opt, ps.actor)
-        actor = optax.apply_updates(ps.actor, upd)
-        tau = p.hp["tau"]
-        new = PolicyState(
-            actor=actor,
-            critic=critic,
-            target_actor=losses.soft_update(ps.target_actor, actor, tau),
-            target_critic=losses.soft_update(ps.target_critic, critic, tau),
-            actor_opt=actor_opt,
-            critic_opt=critic_opt,
-        )
-        return new, {"actor": a_loss, "critic": c_loss, "q_mean": q_mean}
-
-    def learn(p: _Policy, ps: PolicyState, buf: rb.ReplayBuffer, key: jax.Array, iteration):
-        """``updates_per_iteration`` gradient steps (a scan) once learning has started."""
-
-        def run(ps, key):
-            keys = jax.random.split(key, p.hp["updates_per_iteration"])
-            ps, stats = jax.lax.scan(lambda c, k: gradient_step(p, c, buf, k), ps, keys)
-            return ps, jax.tree.map(jnp.mean, stats)
-
-        def skip(ps, key):
-            zero = jnp.zeros((), jnp.float32)
-            return ps, {"actor": zero, "critic": zero, "q_mean": zero}
-
-        return jax.lax.cond(iteration >= p.learn_from_iter, run, skip, ps, key)
-
     # ---- one iteration ------------------------------------------------------------
     def update(rs: RunnerState) -> tuple[RunnerState, dict[str, jax.Array]]:
         key = jax.random.wrap_key_data(rs.key)
@@ -451,8 +458,8 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
         policies, buffers, stats = dict(rs.policies), {}, {}
         lkeys = jax.random.split(k_learn, max(len(learners), 1))
         for p, k in zip(learners, lkeys, strict=False):
-            buffers[p.name] = rb.add_batch(rs.buffers[p.name], policy_batch(traj, p))
-            policies[p.name], stats[p.name] = learn(
+            buffers[p.name] = rb.add_batch(rs.buffers[p.name], _policy_batch(traj, p))
+            policies[p.name], stats[p.name] = _learn(
                 p, rs.policies[p.name], buffers[p.name], k, rs.iteration
             )
 
