@@ -55,4 +55,3 @@ class Trainer:
     def __call__(self, key: jax.Array) -> tuple[Any, Metrics]:
         """``train(key)``: init then every iteration; metrics ``[num_iterations]``. Pure."""
         return self.chunk(self.init(key), self.num_iterations)
-
