@@ -10,6 +10,7 @@ numbers do not depend on the device count.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -17,12 +18,15 @@ import jax.numpy as jnp
 
 from algorithms.common.networks import cast_kernels, joint_head_params
 from algorithms.common.on_policy_setup import OnPolicySetup, RunnerState
+from jaxdrive.types import TimeStep
 from jaxdrive.wrappers import merge_reset, select_tree
 
 __all__ = ["env_step", "rollout"]
 
 
-def env_step(setup: OnPolicySetup, key: jax.Array, ids: jax.Array, env_state: Any, actions: Any):
+def env_step(
+    setup: OnPolicySetup, key: jax.Array, ids: jax.Array, env_state: Any, actions: Any
+) -> tuple[Any, TimeStep, Callable[[], Any]]:
     """Steps this device's envs with per-env keys, auto-resetting finished ones (as
     `jaxdrive.vectorize` does). Returns ``(state, ts, final_obs)``: ``final_obs()`` gives
     the observations before the reset (call it only under a branch taken when some env
@@ -63,7 +67,7 @@ def env_step(setup: OnPolicySetup, key: jax.Array, ids: jax.Array, env_state: An
     return state, ts, lambda: ts.extras["final_obs"]
 
 
-def rollout(setup: OnPolicySetup, rs: RunnerState, key: jax.Array):
+def rollout(setup: OnPolicySetup, rs: RunnerState, key: jax.Array) -> tuple[Any, ...]:
     """``T`` steps from ``rs``. Returns ``(env_state, ts, traj, stats, last_values, gs)``:
     ``traj[p]`` the policy's ``[T, NL, A_p, ...]`` arrays (``traj["_gs"]``: ``[T, NL, C]``
     global states with a centralised critic), ``stats`` per-step episode sums ``[T]``,

@@ -121,7 +121,9 @@ class PolicySetup:
         """``concat(gs, x without its padding)``: ``[..., C + O]``."""
         return jnp.concatenate([gs, x[..., : self.obs_size]], -1)
 
-    def inputs(self, ps: PolicyState, obs: jax.Array, gs: jax.Array | None):
+    def inputs(
+        self, ps: PolicyState, obs: jax.Array, gs: jax.Array | None
+    ) -> tuple[jax.Array, jax.Array | None]:
         """Network inputs: obs ``[..., O_pad]`` (flat), gs ``[..., C]`` (or ``None``)."""
         x = self.normalize(ps.obs_norm, obs)
         if self.hp["centralized_critic"]:
