@@ -3,8 +3,7 @@
 Target: mean episode return >= -200 within 1e5 env steps. Each iteration runs 16 envs
 x 4 steps (64 env steps), then 32 gradient steps (one per two env steps) on batches of
 256 from a 100k-transition buffer; Gaussian noise 0.1 in normalised action units
-(0.2 N·m); the first 2,000 env steps act uniformly at random. On CPU this reached
--186 by 12.8k env steps and stayed within [-186, -146] to 96k. Presets: ``tiny``.
+(0.2 N·m); the first 2,000 env steps act uniformly at random. Presets: ``tiny``.
 
     python -m experiments.train --config=experiments/configs/pendulum.py
 """
