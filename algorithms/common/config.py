@@ -490,7 +490,6 @@ class RunSpec:
     `PolicySpec` of every policy by name, in config order.
     """
 
-    config: Any
     env: Env
     env_params: Any
     num_envs: int
@@ -534,7 +533,7 @@ def resolve_run(
     specs = resolve_policies(config, env, algo_defaults, policy_defaults, rules, hints)
     if "run" in as_dict(config) and config["run"] is not None:
         as_dict(config["run"], "config.run")
-    return RunSpec(config, env, env_params, num_envs, num_steps, n_iter, n_dev, specs)
+    return RunSpec(env, env_params, num_envs, num_steps, n_iter, n_dev, specs)
 
 
 # ----------------------------------------------------------------------------------------
