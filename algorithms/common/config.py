@@ -44,6 +44,7 @@ from typing import Any
 import ml_collections
 import numpy as np
 
+from algorithms import ALGORITHMS
 from jaxdrive.env import Env
 from jaxdrive.spaces import Space
 
@@ -134,8 +135,6 @@ COMPUTE_DTYPES = ("float32", "bfloat16")
 
 #: PPO ``algo`` keys that A2C has no use for (it takes one unclipped step per batch).
 PPO_ONLY_KEYS = ("num_epochs", "num_minibatches", "clip_eps", "clip_value", "value_clip_eps")
-
-_ALGORITHM_MODULES = {"ppo": "algorithms.ppo", "a2c": "algorithms.a2c", "ddpg": "algorithms.ddpg"}
 
 
 # ----------------------------------------------------------------------------------------
@@ -555,9 +554,9 @@ def base_config(
         >>> c.algo.clip_eps, c.policies.agent.hidden_sizes, c.run.iterations_per_chunk
         (0.2, (64, 64), 10)
     """
-    if algorithm not in _ALGORITHM_MODULES:
-        raise ValueError(f"unknown algorithm {algorithm!r}; known: {sorted(_ALGORITHM_MODULES)}")
-    module = importlib.import_module(_ALGORITHM_MODULES[algorithm])
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; known: {sorted(ALGORITHMS)}")
+    module = importlib.import_module(ALGORITHMS[algorithm])
     policy_defaults = getattr(module, "POLICY_DEFAULTS", POLICY_DEFAULTS)
     c = ml_collections.ConfigDict()
     c.env_name = env_name

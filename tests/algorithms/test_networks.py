@@ -456,8 +456,8 @@ def test_act_and_cast_kernels(space, shared):
         assert equal, method
 
 
-@settings(max_examples=8, deadline=None)
-@given(st.integers(0, 2**31 - 1), st.lists(st.integers(1, 6), min_size=1, max_size=3))
+@settings(max_examples=6, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.sampled_from([[3], [1, 6], [4, 2, 5]]))
 def test_log_prob_by_logsumexp_matches_log_softmax(seed, sizes):
     """The categorical log-probs (``logit[x] − logsumexp``) equal picking from the
     log-softmax, for random logits (padded classes included) and actions."""
