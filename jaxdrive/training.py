@@ -25,7 +25,7 @@ from typing import Any
 
 import jax
 
-__all__ = ["Metrics", "Trainer", "check_config_keys"]
+__all__ = ["Metrics", "Trainer"]
 
 Metrics = dict[str, jax.Array]
 
@@ -55,11 +55,3 @@ class Trainer:
     def __call__(self, key: jax.Array) -> tuple[Any, Metrics]:
         """``train(key)``: init then every iteration; metrics ``[num_iterations]``. Pure."""
         return self.chunk(self.init(key), self.num_iterations)
-
-
-def check_config_keys(config: Any, allowed: set[str] | list[str], where: str) -> None:
-    """Raises ``ValueError`` naming the keys of ``config`` not in ``allowed``."""
-    keys = set(config.keys()) if hasattr(config, "keys") else set()
-    unknown = sorted(keys - set(allowed))
-    if unknown:
-        raise ValueError(f"unknown config key(s) {unknown} in {where}; allowed: {sorted(allowed)}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from algorithms.a2c.losses import a2c_loss
-from algorithms.common.config import PPO_ONLY_KEYS, as_dict
+from algorithms.common.config import PPO_ONLY_KEYS
 from algorithms.common.on_policy import make_on_policy_trainer
 from jaxdrive.training import Trainer
 
@@ -35,23 +35,18 @@ ALGO_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _check_no_ppo_keys(config: Any) -> None:
-    sections = [("config.algo", config["algo"] if "algo" in as_dict(config) else None)]
-    policies = as_dict(config["policies"]) if "policies" in as_dict(config) else {}
-    sections += [(f"config.policies.{n}", p) for n, p in policies.items()]
-    for where, sec in sections:
-        bad = sorted(k for k in as_dict(sec, where) if k in PPO_ONLY_KEYS)
-        if bad:
-            raise ValueError(
-                f"unknown config key(s) {bad} in {where} for A2C: these are PPO-only "
-                "(A2C takes one unclipped gradient step per batch); remove them, e.g. "
-                "with the ':a2c' preset of the experiment configs"
-            )
+#: Why the PPO-only keys are refused, in the message naming them.
+_PPO_ONLY_HINTS = {
+    k: (
+        "these are PPO-only (A2C takes one unclipped gradient step per batch); remove "
+        "them, e.g. with the ':a2c' preset of the experiment configs"
+    )
+    for k in PPO_ONLY_KEYS
+}
 
 
 def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
     """The A2C `Trainer` for ``config`` (``env`` built from ``config`` when ``None``)."""
-    _check_no_ppo_keys(config)
     return make_on_policy_trainer(
         config,
         env,
@@ -60,4 +55,5 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
         algo_defaults=ALGO_DEFAULTS,
         loss_fn=a2c_loss,
         single_step=True,
+        hints=_PPO_ONLY_HINTS,
     )

@@ -1,17 +1,35 @@
 """Pieces shared by the algorithms.
 
-* `algorithms.common.networks`: `MLP`, `ActorCritic`, `ValueNetwork`, `QNetwork`,
-  `DeterministicActor`, `ActionSpec` and the distributions (`Categorical`,
-  `MultiCategorical`, `DiagGaussian`, `TanhGaussian`).
+* `algorithms.common.config`: run configs in one place: defaults (`base_config`),
+  validation (`resolve_run`, `resolve_policies`, value rules) and conversion
+  (`config_to_dict`).
+* `algorithms.common.layers`: `MLP`, `PaddedInputDense`, `FusedDense`, `dense_relu`.
+* `algorithms.common.distributions`: `Categorical`, `MultiCategorical`, `DiagGaussian`,
+  `TanhGaussian`, `log_prob_and_entropy`.
+* `algorithms.common.networks`: `ActionSpec`, `ActorCritic`, `ValueNetwork`, `QNetwork`,
+  `DeterministicActor` (re-exporting the layers and distributions).
 * `algorithms.common.gae`: `gae_advantages`, `bootstrap_values`, `discounted_returns`.
 * `algorithms.common.normalization`: `RunningMeanStd`.
 * `algorithms.common.schedules`: `make_schedule` (``"constant"`` | ``"linear"``).
-* `algorithms.common.config`: config checks (`check_top_level`, `resolve_policies`,
-  `num_iterations`, `make_env`, `merge_defaults`, `default_run_config`).
 * `algorithms.common.multi_policy`: `PolicyMap` (groups <-> policies).
-* `algorithms.common.on_policy`: the PPO/A2C trainer builder.
+* `algorithms.common.on_policy`: the PPO/A2C trainer builder, with its setup
+  (`on_policy_setup`), rollout (`on_policy_rollout`) and learning step
+  (`on_policy_learn`).
 
 Submodules are imported on use (no work at import time).
 """
 
-__all__ = ["config", "gae", "multi_policy", "networks", "normalization", "on_policy", "schedules"]
+__all__ = [
+    "config",
+    "distributions",
+    "gae",
+    "layers",
+    "multi_policy",
+    "networks",
+    "normalization",
+    "on_policy",
+    "on_policy_learn",
+    "on_policy_rollout",
+    "on_policy_setup",
+    "schedules",
+]

@@ -1,4 +1,4 @@
-"""Config checking shared by every algorithm: keys, sizes, policies and groups.
+"""Run configs: their defaults, validation and conversion, in one place.
 
 A run config (an ``ml_collections.ConfigDict`` or a plain dict) has the top-level keys
 `TOP_LEVEL_KEYS`:
@@ -6,50 +6,73 @@ A run config (an ``ml_collections.ConfigDict`` or a plain dict) has the top-leve
 ``env_name`` (registry name), ``env_kwargs`` (``jaxdrive.make`` overrides),
 ``algorithm`` (``"ppo" | "a2c" | "ddpg"``), ``seed``, ``num_envs``, ``num_steps``
 (rollout length ``T`` per iteration), ``total_env_steps`` (``num_iterations =
-total_env_steps // (num_envs·num_steps)``), ``algo`` (the algorithm's hyper-parameters;
-each algorithm lists its keys and defaults), ``policies`` (name -> policy config) and
-``run`` (the host loop's options; read by ``jaxdrive.loop``, not checked here) and
-``num_devices`` (optional, default 1: devices the env batch is sharded over; ``0`` or
-``"all"`` for every device; see `jaxdrive.distributed`).
+total_env_steps // (num_envs·num_steps)``), ``algo`` (the algorithm's hyper-parameters:
+its package's ``ALGO_DEFAULTS``), ``policies`` (name -> policy config), ``run`` (the host
+loop's options, `RUN_DEFAULTS`; read by the run scripts, not checked here) and
+``num_devices`` (devices the env batch is sharded over; ``0`` or ``"all"`` for every
+device; see `jaxdrive.distributed`).
 
-A policy config has the keys `POLICY_DEFAULTS` (``groups`` is required) plus any key of
-the algorithm's ``algo`` section, which overrides it for that policy only, e.g.
-``policies.runner.ent_coef = 0.1``.
+A policy config has the keys of its algorithm's policy defaults (`POLICY_DEFAULTS` for
+PPO and A2C; ``groups`` is required) plus any key of the ``algo`` section, which
+overrides it for that policy only, e.g. ``policies.runner.ent_coef = 0.1``.
 
-Every function raises ``ValueError`` naming the offending keys/values. Algorithms use
-them as::
+**Defaults.** `base_config` builds the complete config of an algorithm from the defaults
+(`TOP_LEVEL_DEFAULTS`, the algorithm's ``ALGO_DEFAULTS`` and policy defaults,
+`RUN_DEFAULTS`); an experiment config starts from it and sets only what differs, so a
+changed default reaches every experiment that does not override it.
 
-    check_top_level(config)
-    env, env_params = make_env(config)              # when not given one
-    n_iter = num_iterations(config)
-    algo = merge_defaults(config["algo"], ALGO_DEFAULTS, "config.algo")
-    specs = resolve_policies(config, env, ALGO_DEFAULTS)   # {name: PolicySpec}
+**Validation.** `resolve_run` is what a trainer calls with the ``config`` it is given: it
+checks the keys (`check_top_level`, unknown keys anywhere), builds the env when none is
+given, and checks every policy's merged hyper-parameters against the algorithm's value
+rules (`ON_POLICY_RULES`, `DDPG_RULES`). It returns a `RunSpec`; the trainer reads that,
+not the config. Every check raises ``ValueError`` naming the offending key.
+
+**Conversion.** `config_to_dict` gives the JSON-compatible plain copy written to run
+folders and hashed by `jaxdrive.checkpoint.config_hash`.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from collections.abc import Mapping
+import importlib
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import ml_collections
+import numpy as np
+
+from algorithms import ALGORITHMS
 from jaxdrive.env import Env
 from jaxdrive.spaces import Space
-from jaxdrive.training import check_config_keys
 
 __all__ = [
     "COMPUTE_DTYPES",
+    "DDPG_RULES",
+    "ON_POLICY_RULES",
     "POLICY_DEFAULTS",
+    "PPO_ONLY_KEYS",
+    "RUN_DEFAULTS",
+    "TOP_LEVEL_DEFAULTS",
     "TOP_LEVEL_KEYS",
     "PolicySpec",
+    "Rule",
+    "RunSpec",
     "as_dict",
+    "base_config",
+    "check_config_keys",
     "check_top_level",
-    "default_run_config",
+    "check_values",
+    "config_to_dict",
     "drop_ppo_only_keys",
     "make_env",
     "merge_defaults",
     "num_iterations",
     "parse_presets",
     "resolve_policies",
+    "resolve_run",
 ]
 
 TOP_LEVEL_KEYS = (
@@ -66,37 +89,67 @@ TOP_LEVEL_KEYS = (
     "num_devices",
 )
 
-#: Keys of one policy's config and their defaults (``groups`` has none: required).
+#: Defaults of the top-level keys (``env_name`` and ``algorithm`` have none).
+TOP_LEVEL_DEFAULTS: dict[str, Any] = {
+    "env_kwargs": {},
+    "seed": 0,
+    "num_envs": 4,
+    "num_steps": 128,
+    "total_env_steps": 100_000,
+    "num_devices": 1,
+}
+
+#: Keys of one PPO/A2C policy's config and their defaults (``groups`` has none: required).
 POLICY_DEFAULTS: dict[str, Any] = {
     "groups": None,  # list of env groups this policy acts for (parameter sharing)
     "lr": 3e-4,  # learning rate (Adam)
     "hidden_sizes": (64, 64),  # MLP layer sizes (actor and critic alike)
-    "activation": "tanh",  # one of networks.ACTIVATIONS
+    "activation": "tanh",  # one of algorithms.common.layers.ACTIVATIONS
     "frozen": False,  # act with this policy but never update it
     "shared_torso": False,  # one MLP for actor and critic (WarpDrive's layout)
     "action_head": "gaussian",  # Box actions: "gaussian" (clipped) or "tanh_gaussian"
     "log_std_init": 0.0,  # initial log-std of the Gaussian heads
-    # on-policy trainers: zero-pad flat observations to a multiple of this many features
-    # (4 float32 = 16 bytes: aligned GEMMs; parameters and results unchanged, see
+    # zero-pad flat observations to a multiple of this many features (4 float32 = 16
+    # bytes: aligned GEMMs; parameters and results unchanged, see
     # algorithms.common.on_policy; 1 turns it off)
     "input_pad_multiple": 4,
-    # on-policy trainers: dtype of the torsos' activations and hidden GEMMs, "float32" or
-    # "bfloat16" (mixed precision: parameters, observations, heads and losses stay float32)
+    # dtype of the torsos' activations and hidden GEMMs, "float32" or "bfloat16" (mixed
+    # precision: parameters, observations, heads and losses stay float32)
     "compute_dtype": "float32",
-    # on-policy trainers: hidden layers after the first. "xla": GEMM, then bias and
-    # activation; bfloat16 relu policies only: GEMM + float32 bias + relu before one
-    # rounding, in XLA ("fused_xla") or as one Pallas kernel ("pallas", experimental:
-    # algorithms.common.pallas_dense); "auto": "fused_xla" where it applies, else "xla"
-    # (H200: Tag A2C bfloat16 +7.7%, see experiments/benchmarks/NOTES.md)
-    "dense_impl": "auto",
-    # on-policy trainers, categorical heads: the learning step's log-prob and entropy
-    # (forward and VJP) in XLA or as Pallas kernels ("pallas", experimental:
-    # algorithms.common.pallas_categorical)
-    "head_impl": "xla",
+}
+
+#: Host-loop defaults of ``config.run`` (an algorithm may change some: its RUN_DEFAULTS).
+RUN_DEFAULTS: dict[str, Any] = {
+    "iterations_per_chunk": 10,  # iterations compiled into one scan per host call
+    "checkpoint_every_chunks": 10,
+    "keep_checkpoints": 3,
+    "eval_every_chunks": 0,  # 0: no separate evaluation episodes
+    "eval_num_envs": 16,
+    "eval_deterministic": True,
+    "animate": None,  # write animation.gif of the final policy (None: if renderable)
+    "animation_steps": 200,
 }
 
 #: Values of a policy's ``compute_dtype``.
 COMPUTE_DTYPES = ("float32", "bfloat16")
+
+#: PPO ``algo`` keys that A2C has no use for (it takes one unclipped step per batch).
+PPO_ONLY_KEYS = ("num_epochs", "num_minibatches", "clip_eps", "clip_value", "value_clip_eps")
+
+
+# ----------------------------------------------------------------------------------------
+# Conversion and keys
+# ----------------------------------------------------------------------------------------
+def config_to_dict(config: Any) -> Any:
+    """A JSON-compatible plain copy of ``config`` (ConfigDict, dict, dataclass or scalar).
+
+    Tuples become lists and non-JSON leaves their ``str``, as ``json.dumps`` would need.
+    """
+    if config is None:
+        return None
+    if hasattr(config, "to_dict"):
+        config = config.to_dict()
+    return json.loads(json.dumps(config, sort_keys=True, default=str))
 
 
 def as_dict(cfg: Any, where: str = "config") -> dict[str, Any]:
@@ -108,6 +161,24 @@ def as_dict(cfg: Any, where: str = "config") -> dict[str, Any]:
     raise ValueError(f"{where} must be a ConfigDict or a dict, got {type(cfg).__name__}")
 
 
+def check_config_keys(
+    config: Any,
+    allowed: set[str] | Sequence[str],
+    where: str,
+    hints: Mapping[str, str] | None = None,
+) -> None:
+    """Raises ``ValueError`` naming the keys of ``config`` not in ``allowed``; ``hints``
+    maps known-foreign keys to an explanation added to the message."""
+    keys = set(config.keys()) if hasattr(config, "keys") else set()
+    unknown = sorted(keys - set(allowed))
+    if not unknown:
+        return
+    hinted = sorted({hints[k] for k in unknown if hints and k in hints})
+    if hinted:
+        raise ValueError(f"unknown config key(s) {unknown} in {where}: {' '.join(hinted)}")
+    raise ValueError(f"unknown config key(s) {unknown} in {where}; allowed: {sorted(allowed)}")
+
+
 def check_top_level(config: Any, allowed: tuple[str, ...] = TOP_LEVEL_KEYS) -> None:
     """Unknown top-level keys and missing required ones raise ``ValueError``."""
     check_config_keys(config, set(allowed), "config")
@@ -116,17 +187,23 @@ def check_top_level(config: Any, allowed: tuple[str, ...] = TOP_LEVEL_KEYS) -> N
     if missing:
         raise ValueError(f"config is missing required key(s) {missing}")
     for k in ("num_envs", "num_steps", "total_env_steps"):
-        v = config[k]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"config.{k} must be a positive integer, got {v!r}")
+        _integer(1)(config[k], f"config.{k}")
+    if "seed" in as_dict(config):
+        _integer(None)(config["seed"], "config.seed")
 
 
-def make_env(config: Any) -> tuple[Env, Any]:
-    """``jaxdrive.make(config.env_name, **config.env_kwargs)``."""
-    import jaxdrive
-
-    kwargs = as_dict(config["env_kwargs"] if "env_kwargs" in as_dict(config) else None)
-    return jaxdrive.make(config["env_name"], **kwargs)
+def merge_defaults(
+    section: Any,
+    defaults: Mapping[str, Any],
+    where: str,
+    hints: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """``defaults`` updated by ``section``; keys not in ``defaults`` raise ``ValueError``."""
+    d = as_dict(section, where)
+    check_config_keys(d, set(defaults), where, hints)
+    out = dict(defaults)
+    out.update(d)
+    return out
 
 
 def num_iterations(config: Any) -> int:
@@ -141,23 +218,177 @@ def num_iterations(config: Any) -> int:
     return n
 
 
-def merge_defaults(section: Any, defaults: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """``defaults`` updated by ``section``; keys not in ``defaults`` raise ``ValueError``."""
-    d = as_dict(section, where)
-    check_config_keys(d, set(defaults), where)
-    out = dict(defaults)
-    out.update(d)
+def make_env(config: Any) -> tuple[Env, Any]:
+    """``jaxdrive.make(config.env_name, **config.env_kwargs)``."""
+    import jaxdrive
+
+    kwargs = as_dict(config["env_kwargs"] if "env_kwargs" in as_dict(config) else None)
+    return jaxdrive.make(config["env_name"], **kwargs)
+
+
+# ----------------------------------------------------------------------------------------
+# Value rules: (value, name) -> the value as plain Python, or ValueError naming ``name``
+# ----------------------------------------------------------------------------------------
+Rule = Callable[[Any, str], Any]
+
+
+def _number(lo: float = -math.inf, hi: float = math.inf, lo_open: bool = False) -> Rule:
+    """A real number in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``), returned as float."""
+    if hi == math.inf:
+        what = f"be {'>' if lo_open else '>='} {lo:g}" if lo > -math.inf else "be finite"
+    else:
+        what = f"lie in {'(' if lo_open else '['}{lo:g}, {hi:g}]"
+
+    def check(v: Any, name: str) -> float:
+        if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating):
+            raise ValueError(f"{name} must be a number, got {v!r}")
+        f = float(v)
+        if not math.isfinite(f) or not (lo < f if lo_open else lo <= f) or not f <= hi:
+            raise ValueError(f"{name} must {what}, got {v!r}")
+        return f
+
+    return check
+
+
+def _integer(minimum: int | None) -> Rule:
+    """An integer ``>= minimum`` (any integer for ``None``), returned as int."""
+    what = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}.get(
+        minimum, f"an integer >= {minimum}"
+    )
+
+    def check(v: Any, name: str) -> int:
+        bad = isinstance(v, bool) or not isinstance(v, int | np.integer)
+        if bad or (minimum is not None and int(v) < minimum):
+            raise ValueError(f"{name} must be {what}, got {v!r}")
+        return int(v)
+
+    return check
+
+
+def _flag(v: Any, name: str) -> bool:
+    if not isinstance(v, bool | np.bool_):
+        raise ValueError(f"{name} must be True or False, got {v!r}")
+    return bool(v)
+
+
+def _choice(options: Callable[[], Sequence[str]]) -> Rule:
+    """One of ``options()`` (a callable: the lists live in modules imported on use)."""
+
+    def check(v: Any, name: str) -> Any:
+        known = tuple(options())
+        if v not in known:
+            raise ValueError(f"{name} must be one of {list(known)}, got {v!r}")
+        return v
+
+    return check
+
+
+def _sizes(v: Any, name: str) -> tuple[int, ...]:
+    """A non-empty sequence of positive layer sizes."""
+    if isinstance(v, str) or not isinstance(v, Sequence | np.ndarray) or len(v) == 0:
+        raise ValueError(f"{name} must list at least one layer size, got {v!r}")
+    return tuple(_integer(1)(h, f"{name} entries") for h in v)
+
+
+def _max_grad_norm_or_off(v: Any, name: str) -> float:
+    return 0.0 if v is None else _number(0.0)(v, name)
+
+
+def _activations() -> Sequence[str]:
+    from algorithms.common.layers import ACTIVATIONS
+
+    return sorted(ACTIVATIONS)
+
+
+def _schedules() -> Sequence[str]:
+    from algorithms.common.schedules import SCHEDULES
+
+    return SCHEDULES
+
+
+def _head_kinds() -> Sequence[str]:
+    from algorithms.common.networks import HEAD_KINDS
+
+    return HEAD_KINDS
+
+
+_COMMON_RULES: dict[str, Rule] = {
+    "gamma": _number(0.0, 1.0),
+    "hidden_sizes": _sizes,
+    "activation": _choice(_activations),
+    "frozen": _flag,
+}
+
+#: Value rules of the PPO and A2C hyper-parameters (policy keys and ``algo`` keys).
+ON_POLICY_RULES: dict[str, Rule] = {
+    **_COMMON_RULES,
+    "gae_lambda": _number(0.0, 1.0),
+    "num_epochs": _integer(1),
+    "num_minibatches": _integer(1),
+    "clip_eps": _number(0.0),
+    "clip_value": _flag,
+    "value_clip_eps": _number(0.0),
+    "vf_coef": _number(0.0),
+    "ent_coef": _number(0.0),
+    "ent_schedule": _choice(_schedules),
+    "ent_coef_final": _number(0.0),
+    "lr": _number(0.0, lo_open=True),
+    "lr_schedule": _choice(_schedules),
+    "max_grad_norm": _number(0.0, lo_open=True),
+    "adam_eps": _number(0.0, lo_open=True),
+    "normalize_advantages": _flag,
+    "normalize_obs": _flag,
+    "normalize_rewards": _flag,
+    "centralized_critic": _flag,
+    "shared_torso": _flag,
+    "action_head": _choice(_head_kinds),
+    "log_std_init": _number(),
+    "input_pad_multiple": _integer(1),
+    "compute_dtype": _choice(lambda: COMPUTE_DTYPES),
+}
+
+#: Value rules of the DDPG hyper-parameters (policy keys and ``algo`` keys).
+DDPG_RULES: dict[str, Rule] = {
+    **_COMMON_RULES,
+    "tau": _number(0.0, 1.0, lo_open=True),
+    "buffer_size": _integer(1),
+    "batch_size": _integer(1),
+    "learning_starts": _integer(0),
+    "updates_per_iteration": _integer(1),
+    "noise": _choice(lambda: ("gaussian", "ou")),
+    "noise_scale": _number(0.0),
+    "ou_theta": _number(0.0, 1.0, lo_open=True),
+    "ou_sigma": _number(0.0),
+    "max_grad_norm": _max_grad_norm_or_off,  # 0 or None: no clipping
+    "actor_lr": _number(0.0, lo_open=True),
+    "critic_lr": _number(0.0, lo_open=True),
+}
+
+
+def check_values(
+    values: Mapping[str, Any], rules: Mapping[str, Rule], names: Mapping[str, str]
+) -> dict[str, Any]:
+    """``values`` with every key that has a rule checked and converted to plain Python;
+    ``names[key]`` is how a message names it (e.g. ``"config.algo.clip_eps"``)."""
+    out = dict(values)
+    for k, rule in rules.items():
+        if k in out:
+            out[k] = rule(out[k], names.get(k, k))
     return out
 
 
+# ----------------------------------------------------------------------------------------
+# Policies and runs
+# ----------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True, eq=False)
 class PolicySpec:
     """One policy, resolved against the env.
 
     name: the policy's name; groups: the env groups it serves, in env order;
     num_agents: ``A_p = sum of A_g`` over its groups; obs_space/action_space: those of
-    its groups (all equal); hp: the merged hyper-parameters (`POLICY_DEFAULTS`, then the
-    algorithm's defaults, then ``config.algo``, then the policy's own overrides).
+    its groups (all equal); hp: the merged and checked hyper-parameters (the policy
+    defaults, then the algorithm's defaults, then ``config.algo``, then the policy's own
+    overrides).
     """
 
     name: str
@@ -172,21 +403,52 @@ class PolicySpec:
         return bool(self.hp["frozen"])
 
 
+def _policy_groups(env: Env, name: str, groups: Any, owner: dict[str, str]) -> tuple[str, ...]:
+    """The groups of policy ``name`` in env order; records them in ``owner``."""
+    where = f"config.policies.{name}"
+    if isinstance(groups, str):
+        groups = [groups]
+    if not groups:
+        raise ValueError(
+            f"{where}.groups must list at least one of the env groups {list(env.groups)}"
+        )
+    for g in groups:
+        if g not in env.groups:
+            raise ValueError(
+                f"{where}.groups names {g!r}, not a group of {env.name} {list(env.groups)}"
+            )
+        if g in owner:
+            raise ValueError(f"group {g!r} is served by two policies: {owner[g]!r} and {name!r}")
+        owner[g] = name
+    groups = tuple(g for g in env.groups if g in groups)
+    obs_space, act_space = env.observation_space(groups[0]), env.action_space(groups[0])
+    for g in groups[1:]:
+        if env.observation_space(g) != obs_space or env.action_space(g) != act_space:
+            raise ValueError(
+                f"policy {name!r} serves groups {list(groups)} whose spaces differ "
+                f"({g}: obs {env.observation_space(g)}, actions {env.action_space(g)}; "
+                f"{groups[0]}: obs {obs_space}, actions {act_space})"
+            )
+    return groups
+
+
 def resolve_policies(
     config: Any,
     env: Env,
     algo_defaults: Mapping[str, Any],
     policy_defaults: Mapping[str, Any] = POLICY_DEFAULTS,
+    rules: Mapping[str, Rule] | None = None,
+    hints: Mapping[str, str] | None = None,
 ) -> dict[str, PolicySpec]:
     """Checks ``config.policies`` against ``env`` and merges hyper-parameters.
 
     Errors (``ValueError``): no policies; unknown keys in a policy; a missing or empty
     ``groups``; a group the env does not have; a group served by two policies; a group
-    served by none; groups of one policy with different observation or action spaces.
+    served by none; groups of one policy with different observation or action spaces; a
+    value breaking its rule in ``rules``.
     """
-    algo = merge_defaults(
-        config["algo"] if "algo" in as_dict(config) else None, algo_defaults, "config.algo"
-    )
+    algo_section = config["algo"] if "algo" in as_dict(config) else None
+    algo = merge_defaults(algo_section, algo_defaults, "config.algo", hints)
     policies = as_dict(config["policies"], "config.policies")
     if not policies:
         raise ValueError("config.policies is empty: at least one policy is needed")
@@ -196,45 +458,17 @@ def resolve_policies(
     for name, pcfg in policies.items():
         where = f"config.policies.{name}"
         p = as_dict(pcfg, where)
-        check_config_keys(p, allowed, where)
-        groups = p.get("groups")
-        if isinstance(groups, str):
-            groups = [groups]
-        if not groups:
-            raise ValueError(
-                f"{where}.groups must list at least one of the env groups {list(env.groups)}"
-            )
-        for g in groups:
-            if g not in env.groups:
-                raise ValueError(
-                    f"{where}.groups names {g!r}, not a group of {env.name} {list(env.groups)}"
-                )
-            if g in owner:
-                raise ValueError(
-                    f"group {g!r} is served by two policies: {owner[g]!r} and {name!r}"
-                )
-            owner[g] = name
-        groups = tuple(g for g in env.groups if g in groups)
-        obs_space = env.observation_space(groups[0])
-        act_space = env.action_space(groups[0])
-        for g in groups[1:]:
-            if env.observation_space(g) != obs_space or env.action_space(g) != act_space:
-                raise ValueError(
-                    f"policy {name!r} serves groups {list(groups)} whose spaces differ "
-                    f"({g}: obs {env.observation_space(g)}, actions {env.action_space(g)}; "
-                    f"{groups[0]}: obs {obs_space}, actions {act_space})"
-                )
-        hp = dict(policy_defaults)
-        hp.update(algo)
-        hp.update(p)
-        hp["groups"] = groups
-        hp["hidden_sizes"] = tuple(int(h) for h in hp["hidden_sizes"])
+        check_config_keys(p, allowed, where, hints)
+        groups = _policy_groups(env, name, p.get("groups"), owner)
+        hp = {**policy_defaults, **algo, **p, "groups": groups}
+        names = {k: f"{where}.{k}" if k in p or k not in algo else f"config.algo.{k}" for k in hp}
+        hp = check_values(hp, rules or {}, names)
         specs[name] = PolicySpec(
             name=name,
             groups=groups,
             num_agents=sum(env.num_agents(g) for g in groups),
-            obs_space=obs_space,
-            action_space=act_space,
+            obs_space=env.observation_space(groups[0]),
+            action_space=env.action_space(groups[0]),
             hp=hp,
         )
     uncovered = [g for g in env.groups if g not in owner]
@@ -246,26 +480,96 @@ def resolve_policies(
     return specs
 
 
-def default_run_config() -> Any:
-    """Host-loop defaults for ``config.run`` (read by ``jaxdrive.loop``)."""
-    import ml_collections
+@dataclasses.dataclass(frozen=True, eq=False)
+class RunSpec:
+    """A checked run config, resolved against its env: what a trainer builds from.
 
-    return ml_collections.ConfigDict(
-        {
-            "iterations_per_chunk": 10,  # iterations compiled into one scan per host call
-            "checkpoint_every_chunks": 10,
-            "keep_checkpoints": 3,
-            "eval_every_chunks": 0,  # 0: no separate evaluation episodes
-            "eval_num_envs": 16,
-            "eval_deterministic": True,
-            "animate": None,  # write animation.gif of the final policy (None: if renderable)
-            "animation_steps": 200,
-        }
+    num_envs ``N``, num_steps ``T``, num_iterations ``total_env_steps // (N·T)``,
+    num_devices the resolved device count ``D`` (``N`` divisible by it), policies the
+    `PolicySpec` of every policy by name, in config order.
+    """
+
+    env: Env
+    env_params: Any
+    num_envs: int
+    num_steps: int
+    num_iterations: int
+    num_devices: int
+    policies: dict[str, PolicySpec]
+
+
+def resolve_run(
+    config: Any,
+    env: Env | None,
+    env_params: Any,
+    *,
+    algorithm: str,
+    algo_defaults: Mapping[str, Any],
+    policy_defaults: Mapping[str, Any] = POLICY_DEFAULTS,
+    rules: Mapping[str, Rule] = ON_POLICY_RULES,
+    hints: Mapping[str, str] | None = None,
+) -> RunSpec:
+    """Checks ``config`` for the trainer of ``algorithm`` and resolves it against ``env``
+    (``jaxdrive.make(config.env_name, **config.env_kwargs)`` when ``None``; its default
+    params when ``env_params`` is ``None``). ``hints``: explanations for keys that belong
+    to another algorithm. Raises ``ValueError`` naming the offending key."""
+    from jaxdrive.distributed import resolve_num_devices
+
+    check_top_level(config)
+    if config["algorithm"] != algorithm:
+        raise ValueError(
+            f"config.algorithm is {config['algorithm']!r} but this is the {algorithm!r} "
+            "trainer; use algorithms.make_train to dispatch"
+        )
+    n_iter = num_iterations(config)
+    num_envs, num_steps = int(config["num_envs"]), int(config["num_steps"])
+    if env is None:
+        env, made_params = make_env(config)
+        env_params = made_params if env_params is None else env_params
+    if env_params is None:
+        env_params = env.default_params
+    n_dev = resolve_num_devices(as_dict(config).get("num_devices", 1), num_envs)
+    specs = resolve_policies(config, env, algo_defaults, policy_defaults, rules, hints)
+    if "run" in as_dict(config) and config["run"] is not None:
+        as_dict(config["run"], "config.run")
+    return RunSpec(env, env_params, num_envs, num_steps, n_iter, n_dev, specs)
+
+
+# ----------------------------------------------------------------------------------------
+# Building configs
+# ----------------------------------------------------------------------------------------
+def base_config(
+    algorithm: str, env_name: str, policies: Mapping[str, Sequence[str]] | None = None
+) -> ml_collections.ConfigDict:
+    """The complete default config of ``algorithm`` on ``env_name``.
+
+    ``policies``: policy name -> the env groups it serves (default ``{"agent":
+    ["agent"]}``, the group of single-agent envs); each policy gets the algorithm's
+    policy defaults. Every value comes from the defaults (`TOP_LEVEL_DEFAULTS`, the
+    algorithm's ``ALGO_DEFAULTS``, its ``POLICY_DEFAULTS`` or `POLICY_DEFAULTS`,
+    `RUN_DEFAULTS` updated by its ``RUN_DEFAULTS``), read when called.
+
+    Example:
+        >>> c = base_config("ppo", "CartPole-v1")
+        >>> c.algo.clip_eps, c.policies.agent.hidden_sizes, c.run.iterations_per_chunk
+        (0.2, (64, 64), 10)
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; known: {sorted(ALGORITHMS)}")
+    module = importlib.import_module(ALGORITHMS[algorithm])
+    policy_defaults = getattr(module, "POLICY_DEFAULTS", POLICY_DEFAULTS)
+    c = ml_collections.ConfigDict()
+    c.env_name = env_name
+    c.algorithm = algorithm
+    for k, v in TOP_LEVEL_DEFAULTS.items():
+        c[k] = ml_collections.ConfigDict(v) if isinstance(v, dict) else copy.deepcopy(v)
+    c.algo = ml_collections.ConfigDict(dict(module.ALGO_DEFAULTS))
+    groups_of = {"agent": ["agent"]} if policies is None else policies
+    c.policies = ml_collections.ConfigDict(
+        {name: {**policy_defaults, "groups": list(gs)} for name, gs in groups_of.items()}
     )
-
-
-#: PPO ``algo`` keys that A2C has no use for (it takes one unclipped step per batch).
-PPO_ONLY_KEYS = ("num_epochs", "num_minibatches", "clip_eps", "clip_value", "value_clip_eps")
+    c.run = ml_collections.ConfigDict({**RUN_DEFAULTS, **getattr(module, "RUN_DEFAULTS", {})})
+    return c
 
 
 def parse_presets(preset: str | None, known: tuple[str, ...]) -> list[str]:
@@ -282,7 +586,8 @@ def parse_presets(preset: str | None, known: tuple[str, ...]) -> list[str]:
 
 def drop_ppo_only_keys(config: Any) -> Any:
     """Turns a PPO config into an A2C one in place: ``algorithm="a2c"`` and the
-    `PPO_ONLY_KEYS` removed from ``algo`` and from every policy. Returns ``config``."""
+    `PPO_ONLY_KEYS` removed from ``algo`` and from every policy; the other values (the
+    experiment's hyper-parameters) stay. Returns ``config``."""
     config.algorithm = "a2c"
     sections = [config.algo, *[config.policies[n] for n in config.policies.keys()]]
     for sec in sections:

@@ -37,16 +37,24 @@ class RunningMeanStd:
             count=jnp.asarray(1e-4, jnp.float32),
         )
 
-    def update(self, x: jax.Array, mask: jax.Array | None = None) -> RunningMeanStd:
-        """Adds the rows of ``x: [M, *S]`` (only where ``mask: [M]`` is True)."""
+    def update(
+        self, x: jax.Array, mask: jax.Array | None = None, axis_name: str | None = None
+    ) -> RunningMeanStd:
+        """Adds the rows of ``x: [M, *S]`` (only where ``mask: [M]`` is True). With
+        ``axis_name`` (inside ``shard_map``), the rows of every device of that axis are
+        pooled (their sums ``psum``'d), so every device gets the same statistics."""
+
+        def total(v: jax.Array) -> jax.Array:
+            return v if axis_name is None else jax.lax.psum(v, axis_name)
+
         x = x.astype(jnp.float32)
         if mask is None:
             mask = jnp.ones(x.shape[:1], bool)
         w = mask.astype(jnp.float32).reshape(mask.shape + (1,) * (x.ndim - 1))
-        n = jnp.sum(mask.astype(jnp.float32))
+        n = total(jnp.sum(mask.astype(jnp.float32)))
         safe_n = jnp.maximum(n, 1.0)
-        b_mean = jnp.sum(x * w, axis=0) / safe_n
-        b_var = jnp.sum(w * (x - b_mean) ** 2, axis=0) / safe_n
+        b_mean = total(jnp.sum(x * w, axis=0)) / safe_n
+        b_var = total(jnp.sum(w * (x - b_mean) ** 2, axis=0)) / safe_n
         tot = self.count + n
         delta = b_mean - self.mean
         mean = self.mean + delta * n / tot

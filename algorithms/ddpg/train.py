@@ -49,7 +49,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,11 +61,10 @@ from flax import struct
 
 import jaxdrive
 from algorithms.common import config as cfg
-from algorithms.common.networks import DeterministicActor, QNetwork, activation_fn
+from algorithms.common.networks import DeterministicActor, QNetwork
 from algorithms.ddpg import buffer as rb
 from algorithms.ddpg import losses
 from algorithms.ddpg import noise as nz
-from jaxdrive.distributed import resolve_num_devices
 from jaxdrive.spaces import Box
 from jaxdrive.training import Trainer
 from jaxdrive.types import TimeStep
@@ -104,31 +102,19 @@ POLICY_DEFAULTS: dict[str, Any] = {
     "actor_lr": 1e-3,  # Adam learning rate of the actor
     "critic_lr": 1e-3,  # Adam learning rate of the critic
     "hidden_sizes": (256, 256),  # MLP layers of actor and critic
-    "activation": "relu",  # one of algorithms.common.networks.ACTIVATIONS
+    "activation": "relu",  # one of algorithms.common.layers.ACTIVATIONS
     "frozen": False,  # act (without noise) but never learn
 }
-#: Host-loop defaults written by `default_config` (``config.run`` is the host loop's).
-RUN_DEFAULTS: dict[str, Any] = {
-    "iterations_per_chunk": 100,
-    "checkpoint_every_chunks": 10,
-    "keep_checkpoints": 3,
-}
+#: DDPG's host-loop defaults, over `algorithms.common.config.RUN_DEFAULTS`: its
+#: iterations are short (a few env steps each), so a chunk holds more of them.
+RUN_DEFAULTS: dict[str, Any] = {"iterations_per_chunk": 100}
 
 
 def default_config() -> ml_collections.ConfigDict:
-    """A complete DDPG config (Pendulum-v1, one policy ``"agent"``) to start from."""
-    c = ml_collections.ConfigDict()
-    c.env_name = "Pendulum-v1"
-    c.env_kwargs = ml_collections.ConfigDict()
-    c.algorithm = "ddpg"
-    c.seed = 0
-    c.num_envs = 4
+    """A complete DDPG config (Pendulum-v1, one policy ``"agent"``) to start from:
+    `algorithms.common.config.base_config` with 8 steps per iteration."""
+    c = cfg.base_config("ddpg", "Pendulum-v1")
     c.num_steps = 8
-    c.total_env_steps = 100_000
-    c.algo = ml_collections.ConfigDict(dict(ALGO_DEFAULTS))
-    c.policies = ml_collections.ConfigDict()
-    c.policies.agent = ml_collections.ConfigDict({**POLICY_DEFAULTS, "groups": ["agent"]})
-    c.run = ml_collections.ConfigDict(dict(RUN_DEFAULTS))
     return c
 
 
@@ -215,60 +201,6 @@ class _Policy:
         return self.critic.apply(params, self._flat(obs), action)
 
 
-def _int(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if int(value) < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
-def _float(value: Any, name: str, lo: float, hi: float, lo_open: bool = False) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
-    bad_lo = v <= lo if lo_open else v < lo
-    if bad_lo or v > hi or math.isnan(v):
-        raise ValueError(f"{name} must lie in {'(' if lo_open else '['}{lo}, {hi}], got {value!r}")
-    return v
-
-
-def _check_hp(hp: dict[str, Any], where: str) -> dict[str, Any]:
-    """Checks one policy's merged hyper-parameters; returns them as plain Python values.
-
-    ``where`` names the policy in messages (its values come from ``config.algo`` or the
-    policy's own overrides).
-    """
-    out = dict(hp)
-    name = lambda k: f"{where}: {k}"
-    out["gamma"] = _float(hp["gamma"], name("gamma"), 0.0, 1.0)
-    out["tau"] = _float(hp["tau"], name("tau"), 0.0, 1.0, lo_open=True)
-    out["buffer_size"] = _int(hp["buffer_size"], name("buffer_size"), 1)
-    out["batch_size"] = _int(hp["batch_size"], name("batch_size"), 1)
-    if out["batch_size"] > out["buffer_size"]:
-        raise ValueError(
-            f"{where}: batch_size={out['batch_size']} exceeds buffer_size={out['buffer_size']}"
-        )
-    out["learning_starts"] = _int(hp["learning_starts"], name("learning_starts"), 0)
-    out["updates_per_iteration"] = _int(
-        hp["updates_per_iteration"], name("updates_per_iteration"), 1
-    )
-    if hp["noise"] not in ("gaussian", "ou"):
-        raise ValueError(f"{where}: noise must be 'gaussian' or 'ou', got {hp['noise']!r}")
-    out["noise_scale"] = _float(hp["noise_scale"], name("noise_scale"), 0.0, math.inf)
-    out["ou_theta"] = _float(hp["ou_theta"], name("ou_theta"), 0.0, 1.0, lo_open=True)
-    out["ou_sigma"] = _float(hp["ou_sigma"], name("ou_sigma"), 0.0, math.inf)
-    mgn = hp["max_grad_norm"]
-    out["max_grad_norm"] = 0.0 if mgn is None else _float(mgn, name("max_grad_norm"), 0, math.inf)
-    for k in ("actor_lr", "critic_lr"):
-        out[k] = _float(hp[k], name(k), 0.0, math.inf, lo_open=True)
-    out["hidden_sizes"] = tuple(_int(h, name("hidden_sizes"), 1) for h in hp["hidden_sizes"])
-    activation_fn(hp["activation"])  # ValueError naming the known ones
-    out["frozen"] = bool(hp["frozen"])
-    return out
-
-
 def _optimizer(lr: float, max_grad_norm: float) -> optax.GradientTransformation:
     adam = optax.adam(lr)
     if max_grad_norm > 0:
@@ -276,13 +208,11 @@ def _optimizer(lr: float, max_grad_norm: float) -> optax.GradientTransformation:
     return adam
 
 
-def _resolve(config: Any, env: Any) -> dict[str, _Policy]:
-    """Checks ``config`` against ``env``; returns the policies' static descriptions."""
-    num_envs, num_steps = int(config["num_envs"]), int(config["num_steps"])
-    specs = cfg.resolve_policies(config, env, ALGO_DEFAULTS, POLICY_DEFAULTS)
+def _resolve(run: cfg.RunSpec) -> dict[str, _Policy]:
+    """The policies' static descriptions; ``ValueError`` for what DDPG cannot serve."""
+    env, num_envs, num_steps = run.env, run.num_envs, run.num_steps
     out = {}
-    for name, spec in specs.items():
-        where = f"policy {name!r}"
+    for name, spec in run.policies.items():
         space = spec.action_space
         if not isinstance(space, Box):
             raise ValueError(
@@ -294,7 +224,12 @@ def _resolve(config: Any, env: Any) -> dict[str, _Policy]:
                 f"DDPG needs Box actions with finite bounds (its actor is tanh-scaled); "
                 f"group {spec.groups[0]!r} of {env.name} has {space}"
             )
-        hp = _check_hp(spec.hp, where)
+        hp = spec.hp
+        if hp["batch_size"] > hp["buffer_size"]:
+            raise ValueError(
+                f"policy {name!r}: batch_size={hp['batch_size']} exceeds "
+                f"buffer_size={hp['buffer_size']}"
+            )
         action_dim = int(np.prod(space.shape, dtype=np.int64)) if space.shape else 1
         # learning starts after the first iteration that ends with enough env steps
         start = max(hp["learning_starts"], -(-hp["batch_size"] // spec.num_agents))
@@ -330,33 +265,105 @@ def _as_raw_key(key: jax.Array) -> jax.Array:
 
 
 # ----------------------------------------------------------------------------------------
+# one policy's initial state, transitions and learning step
+def _init_policy(key: jax.Array, p: _Policy) -> PolicyState:
+    """Fresh actor and critic parameters (targets equal to them) and optimiser states."""
+    k_a, k_c = jax.random.split(key)
+    obs = jnp.zeros((1, int(np.prod(p.obs_shape, dtype=np.int64))), jnp.float32)
+    act = jnp.zeros((1, p.action_dim), jnp.float32)
+    actor = p.actor.init(k_a, obs)
+    critic = p.critic.init(k_c, obs, act)
+    return PolicyState(
+        actor=actor,
+        critic=critic,
+        target_actor=actor,
+        target_critic=critic,
+        actor_opt=p.actor_tx.init(actor),
+        critic_opt=p.critic_tx.init(critic),
+    )
+
+
+def _policy_batch(traj: dict[str, Any], p: _Policy) -> rb.Transition:
+    """The rollout's transitions of ``p``'s agents, flattened to ``[T * N * A_p, ...]``."""
+
+    def cat(field: str) -> jax.Array:
+        x = jnp.concatenate([traj[field][g].astype(jnp.float32) for g in p.groups], axis=2)
+        return x.reshape(-1, *x.shape[3:])
+
+    return rb.Transition(
+        obs=cat("obs"),
+        action=cat("action"),
+        reward=cat("reward"),
+        next_obs=cat("next_obs"),
+        terminated=cat("terminated"),
+        active=cat("active"),
+    )
+
+
+def _gradient_step(p: _Policy, ps: PolicyState, buf: rb.ReplayBuffer, key: jax.Array):
+    """Critic step, actor step (on the new critic), then Polyak target updates."""
+    batch = rb.sample(buf, key, p.hp["batch_size"])
+    (c_loss, q_mean), c_grads = jax.value_and_grad(losses.critic_loss, has_aux=True)(
+        ps.critic, ps.target_actor, ps.target_critic, batch, p.hp["gamma"], p.mu, p.q
+    )
+    upd, critic_opt = p.critic_tx.update(c_grads, ps.critic_opt, ps.critic)
+    critic = optax.apply_updates(ps.critic, upd)
+    a_loss, a_grads = jax.value_and_grad(losses.actor_loss)(ps.actor, critic, batch, p.mu, p.q)
+    upd, actor_opt = p.actor_tx.update(a_grads, ps.actor_opt, ps.actor)
+    actor = optax.apply_updates(ps.actor, upd)
+    tau = p.hp["tau"]
+    new = PolicyState(
+        actor=actor,
+        critic=critic,
+        target_actor=losses.soft_update(ps.target_actor, actor, tau),
+        target_critic=losses.soft_update(ps.target_critic, critic, tau),
+        actor_opt=actor_opt,
+        critic_opt=critic_opt,
+    )
+    return new, {"actor": a_loss, "critic": c_loss, "q_mean": q_mean}
+
+
+def _learn(p: _Policy, ps: PolicyState, buf: rb.ReplayBuffer, key: jax.Array, iteration):
+    """``updates_per_iteration`` gradient steps (a scan) once learning has started."""
+
+    def run(ps, key):
+        keys = jax.random.split(key, p.hp["updates_per_iteration"])
+        ps, stats = jax.lax.scan(lambda c, k: _gradient_step(p, c, buf, k), ps, keys)
+        return ps, jax.tree.map(jnp.mean, stats)
+
+    def skip(ps, key):
+        zero = jnp.zeros((), jnp.float32)
+        return ps, {"actor": zero, "critic": zero, "q_mean": zero}
+
+    return jax.lax.cond(iteration >= p.learn_from_iter, run, skip, ps, key)
+
+
+# ----------------------------------------------------------------------------------------
 def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
     """Builds the DDPG `Trainer` for ``env`` (``jaxdrive.make(config.env_name)`` if None).
 
     Raises ``ValueError`` for unknown config keys, bad values, ``batch_size >
     buffer_size``, groups without a policy, or non-`Box` action spaces.
     """
-    cfg.check_top_level(config)
-    if config["algorithm"] != "ddpg":
+    run = cfg.resolve_run(
+        config,
+        env,
+        env_params,
+        algorithm="ddpg",
+        algo_defaults=ALGO_DEFAULTS,
+        policy_defaults=POLICY_DEFAULTS,
+        rules=cfg.DDPG_RULES,
+    )
+    if run.num_devices != 1:
         raise ValueError(
-            f"config.algorithm must be 'ddpg' for algorithms.ddpg, got {config['algorithm']!r}"
-        )
-    num_iterations = cfg.num_iterations(config)
-    n_dev = resolve_num_devices(cfg.as_dict(config).get("num_devices", 1), None)
-    if n_dev != 1:
-        raise ValueError(
-            f"DDPG runs on one device for now (config.num_devices={n_dev}); use "
+            f"DDPG runs on one device for now (config.num_devices={run.num_devices}); use "
             "num_devices=1, or PPO/A2C for data-parallel training"
         )
-    if env is None:
-        env, made_params = cfg.make_env(config)
-        env_params = made_params if env_params is None else env_params
-    if env_params is None:
-        env_params = env.default_params
-    pols = _resolve(config, env)
+    env, env_params, num_iterations = run.env, run.env_params, run.num_iterations
+    pols = _resolve(run)
     learners = [p for p in pols.values() if not p.frozen]
 
-    N, T = int(config["num_envs"]), int(config["num_steps"])
+    N, T = run.num_envs, run.num_steps
     steps_per_iter = N * T
     venv = jaxdrive.vectorize(
         jaxdrive.wrappers.EpisodeStats(env), N, auto_reset=True, keep_final_obs=True
@@ -364,26 +371,11 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
     group_policy = {g: p for p in pols.values() for g in p.groups}
 
     # ---- init ---------------------------------------------------------------------
-    def init_policy(key: jax.Array, p: _Policy) -> PolicyState:
-        k_a, k_c = jax.random.split(key)
-        obs = jnp.zeros((1, int(np.prod(p.obs_shape, dtype=np.int64))), jnp.float32)
-        act = jnp.zeros((1, p.action_dim), jnp.float32)
-        actor = p.actor.init(k_a, obs)
-        critic = p.critic.init(k_c, obs, act)
-        return PolicyState(
-            actor=actor,
-            critic=critic,
-            target_actor=actor,
-            target_critic=critic,
-            actor_opt=p.actor_tx.init(actor),
-            critic_opt=p.critic_tx.init(critic),
-        )
-
     def init(key: jax.Array) -> RunnerState:
         key = jax.random.wrap_key_data(_as_raw_key(key))
         key, k_env, k_pol = jax.random.split(key, 3)
         pkeys = jax.random.split(k_pol, len(pols))
-        policies = {n: init_policy(k, p) for (n, p), k in zip(pols.items(), pkeys, strict=True)}
+        policies = {n: _init_policy(k, p) for (n, p), k in zip(pols.items(), pkeys, strict=True)}
         buffers = {
             p.name: rb.init(p.hp["buffer_size"], p.obs_shape, p.action_dim) for p in learners
         }
@@ -457,59 +449,7 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
         xs = (jax.random.split(key, T), jnp.arange(T, dtype=jnp.int32))
         return jax.lax.scan(step, (rs.env_state, rs.timestep, rs.noise), xs)
 
-    def policy_batch(traj: dict[str, Any], p: _Policy) -> rb.Transition:
-        """The rollout's transitions of ``p``'s agents, flattened to ``[T * N * A_p, ...]``."""
-
-        def cat(field: str) -> jax.Array:
-            x = jnp.concatenate([traj[field][g].astype(jnp.float32) for g in p.groups], axis=2)
-            return x.reshape(-1, *x.shape[3:])
-
-        return rb.Transition(
-            obs=cat("obs"),
-            action=cat("action"),
-            reward=cat("reward"),
-            next_obs=cat("next_obs"),
-            terminated=cat("terminated"),
-            active=cat("active"),
-        )
-
     # ---- learning -----------------------------------------------------------------
-    def gradient_step(p: _Policy, ps: PolicyState, buf: rb.ReplayBuffer, key: jax.Array):
-        """Critic step, actor step (on the new critic), then Polyak target updates."""
-        batch = rb.sample(buf, key, p.hp["batch_size"])
-        (c_loss, q_mean), c_grads = jax.value_and_grad(losses.critic_loss, has_aux=True)(
-            ps.critic, ps.target_actor, ps.target_critic, batch, p.hp["gamma"], p.mu, p.q
-        )
-        upd, critic_opt = p.critic_tx.update(c_grads, ps.critic_opt, ps.critic)
-        critic = optax.apply_updates(ps.critic, upd)
-        a_loss, a_grads = jax.value_and_grad(losses.actor_loss)(ps.actor, critic, batch, p.mu, p.q)
-        upd, actor_opt = p.actor_tx.update(a_grads, ps.actor_opt, ps.actor)
-        actor = optax.apply_updates(ps.actor, upd)
-        tau = p.hp["tau"]
-        new = PolicyState(
-            actor=actor,
-            critic=critic,
-            target_actor=losses.soft_update(ps.target_actor, actor, tau),
-            target_critic=losses.soft_update(ps.target_critic, critic, tau),
-            actor_opt=actor_opt,
-            critic_opt=critic_opt,
-        )
-        return new, {"actor": a_loss, "critic": c_loss, "q_mean": q_mean}
-
-    def learn(p: _Policy, ps: PolicyState, buf: rb.ReplayBuffer, key: jax.Array, iteration):
-        """``updates_per_iteration`` gradient steps (a scan) once learning has started."""
-
-        def run(ps, key):
-            keys = jax.random.split(key, p.hp["updates_per_iteration"])
-            ps, stats = jax.lax.scan(lambda c, k: gradient_step(p, c, buf, k), ps, keys)
-            return ps, jax.tree.map(jnp.mean, stats)
-
-        def skip(ps, key):
-            zero = jnp.zeros((), jnp.float32)
-            return ps, {"actor": zero, "critic": zero, "q_mean": zero}
-
-        return jax.lax.cond(iteration >= p.learn_from_iter, run, skip, ps, key)
-
     # ---- one iteration ------------------------------------------------------------
     def update(rs: RunnerState) -> tuple[RunnerState, dict[str, jax.Array]]:
         key = jax.random.wrap_key_data(rs.key)
@@ -518,8 +458,8 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
         policies, buffers, stats = dict(rs.policies), {}, {}
         lkeys = jax.random.split(k_learn, max(len(learners), 1))
         for p, k in zip(learners, lkeys, strict=False):
-            buffers[p.name] = rb.add_batch(rs.buffers[p.name], policy_batch(traj, p))
-            policies[p.name], stats[p.name] = learn(
+            buffers[p.name] = rb.add_batch(rs.buffers[p.name], _policy_batch(traj, p))
+            policies[p.name], stats[p.name] = _learn(
                 p, rs.policies[p.name], buffers[p.name], k, rs.iteration
             )
 

@@ -4,9 +4,9 @@ The goal pays +100 once; every step costs 0.1·a², so a timid policy learns to 
 still (return ~0). Exploration is what matters: temporally correlated
 Ornstein–Uhlenbeck noise (θ = 0.15, σ = 0.5: stationary std ≈ 0.95 in normalised
 action units) rocks the car far enough to find the goal, and learning starts early
-so that this noise, rather than i.i.d. uniform actions, does the exploring. On CPU
-(seed 0) the training return (noise included) passed +90 by 38k env steps and stayed
-at 89-94 to 128k. Presets: ``tiny``.
+so that this noise, rather than i.i.d. uniform actions, does the exploring. Target: a
+training return (noise included) near +90, the goal reached in almost every episode,
+within the run's 150k env steps. Presets: ``tiny``.
 
     python -m experiments.train --config=experiments/configs/mountain_car_continuous.py
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from algorithms.common.config import default_run_config, parse_presets
+from algorithms.common.config import base_config, parse_presets
 
 PRESETS = ("tiny",)
 
@@ -23,43 +23,18 @@ PRESETS = ("tiny",)
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
     """The MountainCarContinuous-v0 DDPG config, with the ``preset``s applied."""
     presets = parse_presets(preset, PRESETS)
-    c = ml_collections.ConfigDict()
-    c.env_name = "MountainCarContinuous-v0"
-    c.env_kwargs = ml_collections.ConfigDict()
-    c.algorithm = "ddpg"
-    c.seed = 0
+    c = base_config("ddpg", "MountainCarContinuous-v0")
     c.num_envs = 16
     c.num_steps = 8
     c.total_env_steps = 150_000
-    c.algo = ml_collections.ConfigDict(
-        dict(
-            gamma=0.99,
-            tau=0.005,
-            buffer_size=150_000,
-            batch_size=256,
-            learning_starts=1_000,
-            updates_per_iteration=32,
-            noise="ou",
-            noise_scale=1.0,
-            ou_theta=0.15,
-            ou_sigma=0.5,
-            max_grad_norm=0.0,
-        )
+    c.algo.update(
+        buffer_size=150_000,
+        updates_per_iteration=32,
+        noise="ou",
+        noise_scale=1.0,
+        ou_sigma=0.5,
     )
-    c.policies = ml_collections.ConfigDict(
-        {
-            "agent": dict(
-                groups=["agent"],
-                actor_lr=1e-4,
-                critic_lr=1e-3,
-                hidden_sizes=(256, 256),
-                activation="relu",
-                frozen=False,
-            )
-        }
-    )
-    c.run = default_run_config()
-    c.run.iterations_per_chunk = 100
+    c.policies.agent.actor_lr = 1e-4
     if "tiny" in presets:
         c.num_envs, c.num_steps, c.total_env_steps = 2, 4, 2 * 4 * 4
         c.algo.buffer_size, c.algo.batch_size = 1_000, 16

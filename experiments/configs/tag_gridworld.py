@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from algorithms.common.config import default_run_config, drop_ppo_only_keys, parse_presets
+from algorithms.common.config import base_config, drop_ppo_only_keys, parse_presets
 
 PRESETS = ("tiny", "a2c", "mappo", "two_policies")
 
@@ -25,8 +25,10 @@ PRESETS = ("tiny", "a2c", "mappo", "two_policies")
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
     """The TagGridWorld run config, with the comma-separated ``preset``s applied."""
     presets = parse_presets(preset, PRESETS)
-    c = ml_collections.ConfigDict()
-    c.env_name = "tag_gridworld"
+    groups = {"shared": ["tagger", "runner"]}
+    if "two_policies" in presets:
+        groups = {"tagger": ["tagger"], "runner": ["runner"]}
+    c = base_config("ppo", "tag_gridworld", policies=groups)
     c.env_kwargs = ml_collections.ConfigDict(
         dict(
             num_taggers=4,
@@ -39,40 +41,15 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
             step_cost_for_tagger=0.01,
         )
     )
-    c.algorithm = "ppo"
     c.seed = 20
     c.num_envs = 2000
     c.num_steps = 100
     c.total_env_steps = 20_000_000
-    c.algo = ml_collections.ConfigDict(
-        dict(
-            gamma=0.98,
-            gae_lambda=0.95,
-            num_epochs=4,
-            num_minibatches=4,
-            clip_eps=0.2,
-            clip_value=True,
-            value_clip_eps=0.2,
-            vf_coef=1.0,
-            ent_coef=0.05,
-            ent_schedule="constant",
-            ent_coef_final=0.0,
-            lr_schedule="constant",
-            max_grad_norm=3.0,
-            adam_eps=1e-5,
-            normalize_advantages=False,
-            normalize_obs=False,
-            normalize_rewards=False,
-            centralized_critic=False,
-        )
+    c.algo.update(
+        gamma=0.98, vf_coef=1.0, ent_coef=0.05, max_grad_norm=3.0, normalize_advantages=False
     )
-    net = dict(lr=0.001, hidden_sizes=(32, 32), activation="relu", frozen=False)
-    c.policies = ml_collections.ConfigDict({"shared": dict(groups=["tagger", "runner"], **net)})
-    if "two_policies" in presets:
-        c.policies = ml_collections.ConfigDict(
-            {"tagger": dict(groups=["tagger"], **net), "runner": dict(groups=["runner"], **net)}
-        )
-    c.run = default_run_config()
+    for p in c.policies.keys():
+        c.policies[p].update(lr=0.001, hidden_sizes=(32, 32), activation="relu")
     c.run.animate = True
     if "tiny" in presets:
         c.env_kwargs.update(num_taggers=2, grid_length=5, episode_length=12)

@@ -342,7 +342,7 @@ def test_fused_dense_matches_dense():
     np.testing.assert_allclose(jax.vmap(fused.apply)(params, x), y_ref, rtol=1e-6, atol=1e-6)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=6, deadline=None)
 @given(st.integers(0, 2**31 - 1), st.sampled_from([(3,), (4, 4), (2, 5, 3)]))
 def test_log_prob_and_entropy_matches_autodiff(seed, sizes):
     """The fused categorical log-prob/entropy (hand-written VJP) gives the values and
@@ -456,8 +456,8 @@ def test_act_and_cast_kernels(space, shared):
         assert equal, method
 
 
-@settings(max_examples=25, deadline=None)
-@given(st.integers(0, 2**31 - 1), st.lists(st.integers(1, 6), min_size=1, max_size=3))
+@settings(max_examples=6, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.sampled_from([[3], [1, 6], [4, 2, 5]]))
 def test_log_prob_by_logsumexp_matches_log_softmax(seed, sizes):
     """The categorical log-probs (``logit[x] − logsumexp``) equal picking from the
     log-softmax, for random logits (padded classes included) and actions."""

@@ -1,0 +1,286 @@
+"""The static side of the on-policy trainer: states, per-policy networks and inputs.
+
+`build_setup` turns a checked `RunSpec` into an `OnPolicySetup`: everything about a run
+that is fixed before tracing (networks, optimisers, schedules, sizes, the vectorised
+env), plus the small pure helpers the rollout and the learning step share (network
+inputs, per-env keys). `PolicyState` and `RunnerState` are the learner state.
+
+Dimension letters: ``T`` steps per iteration, ``N`` envs (``NL = N / D`` on each of ``D``
+devices), ``A_p`` agents of policy ``p``, ``O`` its flat observation size, ``O_pad`` that
+padded to a multiple of ``input_pad_multiple``, ``C`` the centralised critic's
+global-state size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+import jaxdrive
+from algorithms.common.config import PolicySpec, RunSpec
+from algorithms.common.multi_policy import PolicyMap
+from algorithms.common.networks import ActionSpec, ActorCritic, flat_obs_size, padded_size
+from algorithms.common.normalization import RunningMeanStd
+from algorithms.common.schedules import make_schedule
+from jaxdrive.distributed import DEVICE_AXIS
+from jaxdrive.types import TimeStep
+
+__all__ = [
+    "LossFn",
+    "OnPolicySetup",
+    "PolicySetup",
+    "PolicyState",
+    "RunnerState",
+    "build_setup",
+]
+
+#: ``loss_fn(logp, entropy, value, mb, hp, ent_coef) -> (loss, aux)``: ``logp``,
+#: ``entropy``, ``value`` and every ``mb`` entry (``old_logp``, ``old_value``,
+#: ``advantage`` (already normalised if asked), ``target``, ``mask``) are ``[M]``;
+#: ``aux`` must hold float32 scalars ``policy``, ``value``, ``entropy`` (more allowed).
+LossFn = Callable[..., tuple[jax.Array, dict[str, jax.Array]]]
+
+
+@struct.dataclass
+class PolicyState:
+    """One policy's learner state."""
+
+    params: Any  # flax variables {"params": ...} of its ActorCritic
+    opt_state: Any  # optax state of clip_by_global_norm + adam
+    obs_norm: RunningMeanStd  # mean/var [O] of flat observations (used if normalize_obs)
+    ret_norm: RunningMeanStd  # mean/var [] of discounted returns (used if normalize_rewards)
+    ret_acc: jax.Array  # [N, A_p] float32 running discounted return per agent slot
+
+
+@struct.dataclass
+class RunnerState:
+    """Everything one training run carries between iterations (checkpointable)."""
+
+    policies: dict[str, PolicyState]  # by policy name
+    env_state: Any  # batched env state, leaves [N, ...]
+    timestep: TimeStep  # last batched timestep, leaves [N, ...]
+    key: jax.Array  # [2] uint32 raw PRNG key
+    iteration: jax.Array  # [] int32 iterations done
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PolicySetup:
+    """The static parts of one policy and how its network inputs are built."""
+
+    spec: PolicySpec
+    action_spec: ActionSpec
+    net: ActorCritic
+    tx: optax.GradientTransformation
+    obs_size: int  # O: flat observation size
+    in_size: int  # O_pad: O padded to a multiple of input_pad_multiple
+    epochs: int
+    minibatches: int
+    # dtype of the stored trajectory's observations: the network's compute dtype when
+    # the network casts them to it first thing (no normalisation in between), else float32
+    obs_dtype: Any
+    ent_schedule: Callable[[jax.Array], jax.Array]
+
+    @property
+    def hp(self) -> dict[str, Any]:
+        return self.spec.hp
+
+    def flat_obs(self, obs: jax.Array, lead: int) -> jax.Array:
+        """``[*lead_dims, *O] -> [*lead_dims, O_pad]`` float32: padded with one 1.0 (the
+        first layer's bias column, see `PaddedInputDense`) and then zeros."""
+        x = obs.reshape(*obs.shape[:lead], self.obs_size).astype(jnp.float32)
+        extra = self.in_size - self.obs_size
+        if extra:
+            pad = jnp.zeros((extra,), jnp.float32).at[0].set(1.0)
+            x = jnp.concatenate([x, jnp.broadcast_to(pad, (*x.shape[:-1], extra))], -1)
+        return x
+
+    def padded_norm(self, rms: RunningMeanStd) -> RunningMeanStd:
+        """``rms`` ``[O]`` extended to ``[O_pad]`` (mean 0, var 1: the padding, its bias
+        column's 1.0 included, is left as it is)."""
+        extra = self.in_size - self.obs_size
+        if not extra:
+            return rms
+        return RunningMeanStd(
+            mean=jnp.pad(rms.mean, (0, extra)),
+            var=jnp.pad(rms.var, (0, extra), constant_values=1.0),
+            count=rms.count,
+        )
+
+    def normalize(self, rms: RunningMeanStd, x: jax.Array) -> jax.Array:
+        """``x [..., O_pad]`` normalised if the policy asks (padding stays zero)."""
+        return self.padded_norm(rms).normalize(x) if self.hp["normalize_obs"] else x
+
+    def critic_input(self, gs: jax.Array, x: jax.Array) -> jax.Array:
+        """``concat(gs, x without its padding)``: ``[..., C + O]``."""
+        return jnp.concatenate([gs, x[..., : self.obs_size]], -1)
+
+    def inputs(
+        self, ps: PolicyState, obs: jax.Array, gs: jax.Array | None
+    ) -> tuple[jax.Array, jax.Array | None]:
+        """Network inputs: obs ``[..., O_pad]`` (flat), gs ``[..., C]`` (or ``None``)."""
+        x = self.normalize(ps.obs_norm, obs)
+        if self.hp["centralized_critic"]:
+            return x, self.critic_input(jnp.broadcast_to(gs, (*x.shape[:-1], gs.shape[-1])), x)
+        return x, None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class OnPolicySetup:
+    """The static parts of one on-policy run."""
+
+    run: RunSpec
+    stats_env: Any  # EpisodeStats(env)
+    venv: Any  # the vectorised, auto-resetting stats_env (used by init)
+    # envs with `observations` (Tag) reset the state and build observations once per
+    # step; the final observation is then rebuilt from the final state only when needed
+    fast_reset: bool
+    axis: str | None  # the device axis name; None on one device (no collectives)
+    pmap: PolicyMap
+    policies: dict[str, PolicySetup]
+    gs_size: int  # C, 0 without a centralised critic
+    loss_fn: LossFn
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.policies)
+
+    @property
+    def env(self) -> Any:
+        return self.run.env
+
+    @property
+    def env_params(self) -> Any:
+        return self.run.env_params
+
+    @property
+    def num_local_envs(self) -> int:
+        """``NL``: envs per device."""
+        return self.run.num_envs // self.run.num_devices
+
+    @property
+    def need_gs(self) -> bool:
+        return any(bool(s.hp["centralized_critic"]) for s in self.policies.values())
+
+    def global_state(self, env_state: Any) -> jax.Array:
+        """``[NL, C]`` float32 global states of this device's envs."""
+        gs = jax.vmap(self.stats_env.global_state, in_axes=(0, None))(env_state, self.env_params)
+        return gs.reshape(gs.shape[0], -1).astype(jnp.float32)
+
+    def env_ids(self) -> jax.Array:
+        """``[NL]`` int32 global indices of this device's envs."""
+        nl = self.num_local_envs
+        ids = jnp.arange(nl, dtype=jnp.int32)
+        return ids if self.axis is None else ids + jax.lax.axis_index(self.axis) * nl
+
+    @staticmethod
+    def env_keys(key: jax.Array, ids: jax.Array) -> jax.Array:
+        """``[NL]`` keys ``fold_in(key, global env index)``: the same for any D."""
+        return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, ids)
+
+
+def _check_policy(spec: PolicySpec, run: RunSpec, single_step: bool) -> ActionSpec:
+    """The checks of one policy that need the env's sizes; returns its `ActionSpec`."""
+    hp, where = spec.hp, f"policy {spec.name!r}"
+    if hp["centralized_critic"] and hp["shared_torso"]:
+        raise ValueError(f"{where}: shared_torso cannot be combined with centralized_critic")
+    per_env = run.num_steps * spec.num_agents
+    batch = per_env * run.num_envs
+    if not single_step:
+        mbs = hp["num_minibatches"]
+        if batch % mbs:
+            raise ValueError(
+                f"{where}: num_minibatches={mbs} does not divide its batch of "
+                f"num_steps*num_envs*agents = {batch} samples"
+            )
+        if per_env % mbs and run.num_devices > 1:
+            raise ValueError(
+                f"{where}: num_minibatches={mbs} does not divide num_steps*agents = {per_env}, "
+                "the samples of one env: with num_devices > 1 minibatches take an equal share "
+                "of every env's samples (so that results do not depend on the device count)"
+            )
+    try:
+        return ActionSpec.from_space(spec.action_space, hp["action_head"], hp["log_std_init"])
+    except ValueError as e:
+        raise ValueError(f"{where} (groups {list(spec.groups)}): {e}") from None
+
+
+def _policy_setup(spec: PolicySpec, run: RunSpec, single_step: bool) -> PolicySetup:
+    hp = spec.hp
+    action_spec = _check_policy(spec, run, single_step)
+    epochs = 1 if single_step else hp["num_epochs"]
+    minibatches = 1 if single_step else hp["num_minibatches"]
+    obs_size = flat_obs_size(spec.obs_space)
+    in_size = padded_size(obs_size, hp["input_pad_multiple"])
+    padded = in_size > obs_size
+    net = ActorCritic(
+        action_spec,
+        hp["hidden_sizes"],
+        hp["activation"],
+        hp["shared_torso"],
+        obs_features=obs_size if padded else None,
+        critic_features=obs_size if padded and not hp["centralized_critic"] else None,
+        compute_dtype=jnp.dtype(hp["compute_dtype"]),
+        bias_column=padded,
+    )
+    bf16 = hp["compute_dtype"] == "bfloat16" and not hp["normalize_obs"]
+    n_iter = run.num_iterations
+    lr = make_schedule(hp["lr_schedule"], hp["lr"], 0.0, n_iter * epochs * minibatches)
+    tx = optax.chain(
+        optax.clip_by_global_norm(hp["max_grad_norm"]), optax.adam(lr, eps=hp["adam_eps"])
+    )
+    return PolicySetup(
+        spec=spec,
+        action_spec=action_spec,
+        net=net,
+        tx=tx,
+        obs_size=obs_size,
+        in_size=in_size,
+        epochs=epochs,
+        minibatches=minibatches,
+        obs_dtype=jnp.bfloat16 if bf16 else jnp.float32,
+        ent_schedule=make_schedule(
+            hp["ent_schedule"], hp["ent_coef"], hp["ent_coef_final"], n_iter
+        ),
+    )
+
+
+def _global_state_size(env: Any, env_params: Any) -> int:
+    try:
+        shape = jax.eval_shape(
+            lambda k: env.global_state(env.reset(k, env_params)[0], env_params),
+            jax.random.key(0),
+        )
+    except NotImplementedError as e:
+        raise ValueError(
+            f"centralized_critic needs env.global_state, which {env.name} lacks: {e}"
+        ) from None
+    return int(np.prod(shape.shape, dtype=np.int64))
+
+
+def build_setup(run: RunSpec, loss_fn: LossFn, single_step: bool) -> OnPolicySetup:
+    """The `OnPolicySetup` of a checked run; ``ValueError`` for what the env rules out."""
+    env = run.env
+    policies = {p: _policy_setup(s, run, single_step) for p, s in run.policies.items()}
+    need_gs = any(bool(s.hp["centralized_critic"]) for s in run.policies.values())
+    stats_env = jaxdrive.wrappers.EpisodeStats(env)
+    fast_reset = stats_env.reset_by_select
+    return OnPolicySetup(
+        run=run,
+        stats_env=stats_env,
+        venv=jaxdrive.vectorize(
+            stats_env, run.num_envs, auto_reset=True, keep_final_obs=not fast_reset
+        ),
+        fast_reset=fast_reset,
+        axis=DEVICE_AXIS if run.num_devices > 1 else None,
+        pmap=PolicyMap({p: s.groups for p, s in run.policies.items()}, env.agent_counts),
+        policies=policies,
+        gs_size=_global_state_size(env, run.env_params) if need_gs else 0,
+        loss_fn=loss_fn,
+    )
