@@ -72,19 +72,27 @@ REQUIRED_KEYS = ("env_name", "algorithm", "seed")
 
 # ----- flags ------------------------------------------------------------------------------
 def parse_flags(argv: list[str]) -> list[str]:
-    """absl's flag parsing (``app.run(main, flags_parser=parse_flags)``) with a clear
-    message and exit status 2 for a ``--config.<key>`` override naming no config key
+    """absl's flag parsing (``app.run(main, flags_parser=parse_flags)``) with one
+    ``error: ...`` line and exit status 2 for a bad flag value, a ``--config`` file that
+    does not exist and a ``--config.<key>`` override naming no config key
     (ml_collections raises a bare ``KeyError``/``AttributeError`` there)."""
     import sys
 
     from absl import flags
 
+    for arg in argv[1:]:  # a missing config file, named before absl's own report
+        if arg.startswith("--config=") or arg.startswith("--config_file="):
+            value = arg.split("=", 1)[1]
+            path = value.split(":", 1)[0]
+            if not os.path.isfile(path):
+                what = "is a folder" if os.path.isdir(path) else "no such file"
+                print(f"error: --config={value}: {path}: {what}", file=sys.stderr)
+                sys.exit(2)
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
-        print(f"FATAL Flags parsing error: {e}", file=sys.stderr)
-        print("Pass --helpshort or --helpfull to see help on flags.", file=sys.stderr)
-        sys.exit(1)
+        print(f"error: {e} (--helpshort lists the flags)", file=sys.stderr)
+        sys.exit(2)
     except (AttributeError, KeyError) as e:
         inner: BaseException = e  # AttributeError(KeyError("'key'\nDid you mean ..."))
         while inner.args and isinstance(inner.args[0], BaseException):

@@ -36,7 +36,7 @@ import jax
 from absl import app, flags, logging
 
 from experiments import common
-from jaxdrive.checkpoint import config_hash, step_folders
+from jaxdrive.checkpoint import Checkpointer, config_hash, step_folders
 from jaxdrive.logging import plot_curves, read_metrics
 from jaxdrive.loop import TrainingDivergedError, train_loop
 from jaxdrive.runfolder import CHECKPOINT_DIR, resume_point
@@ -70,6 +70,12 @@ def _check_workdir(
         )
     point = resume_point(workdir, chash, total, resume=resume, check_config=not allow_change)
     finished = point is not None and int(point.get("iteration", -1)) == total
+    if finished:  # only if that checkpoint verifies (else the loop falls back past it)
+        try:
+            with Checkpointer(os.path.join(workdir, CHECKPOINT_DIR)) as ckpt:
+                ckpt.verify(int(point.get("step", total)))
+        except Exception:
+            finished = False
     return diffs, finished
 
 
@@ -137,9 +143,18 @@ def run(
         diffs, finished = _check_workdir(
             config, workdir, chash, total, resume=resume, allow_change=allow_config_change
         )
-        if not finished:
-            _announce_rounding(config, trainer)
-        if primary and not finished:  # a finished run's files stay as they are
+        if finished:  # its last checkpoint verifies: nothing to compile, nothing to write
+            if primary:
+                print(
+                    f"{workdir}: this run is finished ({total}/{total} iterations); nothing "
+                    "to do (its files are unchanged). Evaluate it with `python -m "
+                    f"experiments.evaluate --workdir={workdir}`, or pass another --workdir "
+                    "for a new run.",
+                    flush=True,
+                )
+            return {"workdir": os.path.abspath(workdir), "finished": True, "iterations": total}
+        _announce_rounding(config, trainer)
+        if primary:
             _write_config(config, workdir, diffs)
         return _train(
             config, workdir, env, env_params, trainer, t0,
@@ -197,18 +212,6 @@ def _train(
         check_config=not allow_config_change,
         metadata={"env_name": config["env_name"], "algorithm": config["algorithm"]},
     )
-    if hist.start_iteration == trainer.num_iterations and not len(hist.iteration):
-        if primary:
-            print(
-                f"{workdir}: this run is finished ({hist.start_iteration}/"
-                f"{trainer.num_iterations} iterations); nothing to do (its files are "
-                "unchanged). Evaluate it with `python -m experiments.evaluate "
-                f"--workdir={workdir}`, or pass another --workdir for a new run.",
-                flush=True,
-            )
-        return {"workdir": os.path.abspath(workdir), "finished": True,
-                "iterations": hist.start_iteration, "resumed_from": hist.resumed_from}  # fmt: skip
-
     plots, gif = [], None
     if primary:
         plots = plot_curves(workdir)

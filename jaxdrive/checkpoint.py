@@ -374,6 +374,22 @@ class Checkpointer:
         meta.pop("digest", None)
         return _restore_keys(target, out["state"]), meta
 
+    def verify(self, step: int | None = None) -> dict[str, Any]:
+        """Reads ``step`` (default: the latest) as saved, with no target structure, and
+        checks its digest; returns its metadata. Raises like `restore`."""
+        import orbax.checkpoint as ocp
+
+        step = self._check_step(step)
+        out = self._mgr(create=False).restore(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(), metadata=ocp.args.JsonRestore()
+            ),
+        )
+        meta = dict(out["metadata"])
+        _verify(step, out["state"], meta)
+        return meta
+
     def restore_newest(
         self, target: Any, steps: list[int] | None = None, *, verify: bool = True
     ) -> Restored:

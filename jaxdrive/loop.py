@@ -433,12 +433,6 @@ def train_loop(
             os.makedirs(workdir, exist_ok=True)
             lock = RunLock(workdir).acquire()
             closers.append(lock.release)
-            if lock.taken_over:
-                log.warning(
-                    "%s: taking over the run folder from pid %s on host %s, which exited "
-                    "without releasing it",
-                    workdir, lock.taken_over.get("pid"), lock.taken_over.get("host"),
-                )  # fmt: skip
     failing = True
     try:
         if workdir is not None:

@@ -6,7 +6,7 @@ pid, host name and start time into it. The kernel releases a ``flock`` when its 
 exits, however it exits (``kill -9`` included), so a lock can never outlive its holder:
 a ``run.lock`` naming a process that no longer holds it is *stale*, and the next
 process takes it over, saying whose it was. A second process that finds the lock held
-gets `RunLockedError` naming the holder.
+gets `RunLockedError` naming the holder. A take-over is logged as a warning.
 
 The lock is re-entrant within a process (``experiments.train`` holds it around
 `jaxdrive.loop.train_loop`, which takes it too). Only process 0 of a multi-host run
@@ -27,6 +27,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import logging
 import os
 import socket
 import sys
@@ -36,6 +37,8 @@ from typing import Any
 __all__ = ["LOCK_FILE", "RunLock", "RunLockedError", "read_holder"]
 
 LOCK_FILE = "run.lock"
+
+log = logging.getLogger(__name__)
 
 _HELD: dict[str, list[Any]] = {}  # realpath of the lock file -> [fd, depth] in this process
 
@@ -110,6 +113,11 @@ class RunLock:
         previous = read_holder(self.workdir)
         if previous and previous.get("released") is not True:
             self.taken_over = previous
+            log.warning(
+                "%s: taking over the run folder from pid %s on host %s, which exited "
+                "without releasing it",
+                self.workdir, previous.get("pid"), previous.get("host"),
+            )  # fmt: skip
         record = {
             "pid": os.getpid(),
             "host": socket.gethostname(),

@@ -103,7 +103,7 @@ def check_resume_and_config_checks(wd, config, tmp_path):
         train.run(config, copy, resume=False, progress=False)
     # a finished run has nothing to train with a changed config: its files stay
     out = train.run(changed, copy, progress=False, allow_config_change=True, animation=False)
-    assert out["finished"] and out["resumed_from"] == 4
+    assert out["finished"] and out["iterations"] == 4
     assert common.load_config(copy).algo.gamma == 0.98
 
     with pytest.raises(ValueError, match="missing the key"):
