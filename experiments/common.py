@@ -242,7 +242,8 @@ def describe_devices() -> str:
 
 
 def quiet_orbax() -> None:
-    """Hides orbax-checkpoint's INFO lines (several per save) from absl logging, and
+    """Hides orbax-checkpoint's INFO lines (several per save) and its worker threads'
+    error reports (`_OrbaxInfoFilter`) from absl logging, and
     the "exception ignored" reports of orbax's abandoned read coroutines ("Event loop
     is closed" after a clean error, reads of a damaged checkpoint that was then
     skipped): the error that matters is reported once, by the command."""
@@ -265,8 +266,14 @@ def quiet_orbax() -> None:
 
 
 class _OrbaxInfoFilter:
+    """Drops orbax's INFO records and the ERROR records (with tracebacks) its worker
+    threads log for a failed write or read: the command reports that failure itself, as
+    one line naming the path (`jaxdrive.checkpoint`)."""
+
     def filter(self, record: Any) -> bool:
-        return record.levelno >= 30 or f"{os.sep}orbax{os.sep}" not in record.pathname
+        if f"{os.sep}orbax{os.sep}" not in record.pathname:
+            return True
+        return record.levelno == 30 or record.levelno >= 50
 
 
 # ----- acting -----------------------------------------------------------------------------

@@ -45,6 +45,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from typing import Any
 
 import jax
@@ -239,9 +240,15 @@ class Restored:
 
 
 def _reason(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    first = text[0] if text else ""
-    return f"{type(e).__name__}: {first[:300]}"
+    """One short line for a failed read or write: a long storage-layer message
+    (tensorstore names the file in quotes and ends with the OS cause) becomes
+    ``<file>: <cause>``."""
+    text = " ".join(str(e).split())
+    quoted = re.search(r'"([^"]+)"', text)
+    if len(text) > 200 and quoted:
+        cause = re.sub(r"\s*\[os_error_code=[^\]]*\]$", "", text.rsplit(": ", 1)[-1])
+        return f"{quoted.group(1)}: {cause}"
+    return f"{type(e).__name__}: {text[:300]}"
 
 
 class Checkpointer:

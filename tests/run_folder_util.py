@@ -31,6 +31,17 @@ ARGS = (
 )
 
 
+def reference(tmp_path_factory) -> str:
+    """The uninterrupted reference run, trained once per pytest process (per xdist
+    worker) and shared by the run-folder test modules; callers copy it, never write it."""
+    wd = str(tmp_path_factory.getbasetemp() / "run_folder_reference" / "run")
+    if not os.path.isdir(os.path.join(wd, "checkpoints", str(ITERATIONS))):
+        shutil.rmtree(os.path.dirname(wd), ignore_errors=True)
+        out = train(wd)
+        assert out.returncode == 0, out.stderr[-3000:]
+    return wd
+
+
 def env() -> dict[str, str]:
     e = dict(os.environ)
     e["JAX_PLATFORMS"] = "cpu"
