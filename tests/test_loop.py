@@ -370,3 +370,52 @@ def test_episode_metrics_skip_iterations_without_finished_episodes(tmp_path):
     old = [{**r, "metrics": {**r["metrics"], "episode_return/g": 0.0}} for r in recs]
     old[0]["metrics"]["episode_return/g"], old[2]["metrics"]["episode_return/g"] = 5.0, 7.0
     np.testing.assert_array_equal(_series(old, "episode_return/g")[1], [5.0, 7.0])
+
+
+def test_chunk_size_avoids_a_remainder_program(tmp_path):
+    """A chunk size that does not divide the iterations is lowered to a divisor down to
+    half of it (one compiled program); with no such divisor the remainder chunk stays."""
+    from jaxdrive.loop import chunk_size
+
+    assert [chunk_size(n, 10) for n in (300, 192, 97, 7, 0)] == [10, 8, 10, 7, 1]
+    assert chunk_size(10, 4) == 2 and chunk_size(7, 3) == 3 and chunk_size(12, 5) == 4
+    traces: list = []
+    _, hist = train_loop(make_toy(9, traces=traces), 0, None, iterations_per_chunk=4,
+                         progress=False)  # fmt: skip
+    assert len(traces) == 1 and list(hist.iteration) == list(range(1, 10))  # chunks of 3
+
+
+def test_run_lock_is_exclusive_reentrant_and_released(tmp_path):
+    """A second open of the lock (as another process would do) is refused, naming the
+    holder's pid; this process re-enters it; after release a new holder takes it without
+    a take-over message; a record left by a holder that never released is reported."""
+    import fcntl
+    import socket
+
+    from jaxdrive.runlock import RunLock, RunLockedError, read_holder
+
+    wd = str(tmp_path)
+    with RunLock(wd) as lock:
+        assert read_holder(wd)["pid"] == os.getpid() and lock.taken_over is None
+        with RunLock(wd):  # re-entered by train_loop inside experiments.train
+            pass
+        fd = os.open(lock.path, os.O_RDWR)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # still held after the inner exit
+        os.close(fd)
+    assert read_holder(wd)["released"] is True
+    with open(os.path.join(wd, "run.lock"), "w") as f:  # a holder killed with -9
+        json.dump({"pid": 999999, "host": socket.gethostname(), "started": 0.0}, f)
+    with RunLock(wd) as lock:
+        assert lock.taken_over["pid"] == 999999
+    # the refusal message (a live holder is simulated by a separate descriptor)
+    fd = os.open(os.path.join(wd, "run.lock"), os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    with open(os.path.join(wd, "run.lock"), "w") as f:
+        json.dump({"pid": 4242, "host": "h", "started": 0.0}, f)
+    from jaxdrive import runlock
+
+    runlock._HELD.clear()
+    with pytest.raises(RunLockedError, match=r"is in use by pid 4242 on host h"):
+        RunLock(wd).acquire()
+    os.close(fd)

@@ -186,3 +186,30 @@ def check_cli(wd):
     assert saved["episodes"] == 2 and not saved["deterministic"] and saved["animation"] == gif
     missing = cli("experiments.evaluate", f"--workdir={wd}/nope")
     assert missing.returncode == 2 and "no config.json" in missing.stderr
+
+
+def test_makefile_run_folder_and_setup_stamp():
+    """`make train` keeps one run folder per TRAIN_ARGS/JAX_EXTRA (the plain command
+    resumes runs/tag, other arguments get their own folder) and the setup stamp names
+    JAX_EXTRA, so a changed JAX_EXTRA reinstalls (dry runs: nothing is executed)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+
+    def dry(*args):
+        out = subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    plain = dry("train", "VENV=/nonexistent-venv")
+    assert "--workdir=runs/tag " in plain
+    other = dry("train", "VENV=/nonexistent-venv", "TRAIN_ARGS=--config.num_envs=8")
+    again = dry("train", "VENV=/nonexistent-venv", "TRAIN_ARGS=--config.num_envs=8")
+    assert other == again and "--workdir=runs/tag-" in other
+    assert "--workdir=runs/tag-" in dry("train", "VENV=/x", "TRAIN_ARGS=--config.num_envs='1'")
+
+    def stamp(extra):
+        lines = dry("setup", "VENV=/x", f"JAX_EXTRA={extra}").splitlines()
+        return [ln for ln in lines if ln.startswith("touch /x/.installed-")]
+
+    stamps = {extra: stamp(extra) for extra in ("", "jax[cuda12]")}
+    assert stamps[""] and stamps["jax[cuda12]"] and stamps[""] != stamps["jax[cuda12]"]
