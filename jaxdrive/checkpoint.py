@@ -177,13 +177,17 @@ def state_digest(tree: Any) -> list[str]:
     ]
 
 
-def _verify(step: int, state: Any, meta: dict[str, Any]) -> None:
-    """Raises `CheckpointError` when ``state`` does not match ``meta``'s digest."""
+def _verify(step: int, state: Any, meta: dict[str, Any], any_order: bool = False) -> None:
+    """Raises `CheckpointError` when ``state`` does not match ``meta``'s digest
+    (``any_order``: as a multiset, for a state read back as nested dicts, whose leaf
+    order is not the saved structure's)."""
     saved = meta.get("digest")
     if not isinstance(saved, dict) or saved.get("kind") != _DIGEST_KIND:
         return  # written without a digest: nothing to check against
     got = state_digest(state)
     want = saved.get("leaves")
+    if any_order:
+        got, want = sorted(got), sorted(want or [])
     if got != want:
         bad = [i for i, (a, b) in enumerate(zip(got, want or [], strict=False)) if a != b]
         where = f"leaf {bad[0]} of {len(got)}" if bad else f"{len(got)} vs {len(want or [])}"
@@ -240,15 +244,20 @@ class Restored:
 
 
 def _reason(e: BaseException) -> str:
-    """One short line for a failed read or write: a long storage-layer message
-    (tensorstore names the file in quotes and ends with the OS cause) becomes
-    ``<file>: <cause>``."""
-    text = " ".join(str(e).split())
-    quoted = re.search(r'"([^"]+)"', text)
-    if len(text) > 200 and quoted:
+    """One short line for a failed read or write: the innermost cause, without the
+    storage layer's specs; a long tensorstore message (the file in quotes, the OS cause
+    last) becomes ``<file>: <cause>``."""
+    inner = e
+    while inner.__cause__ is not None and inner.__cause__ is not inner:
+        inner = inner.__cause__
+    text = " ".join(str(inner).split())
+    text = re.split(r"\s*(?:See full TensorStore details|\[tensorstore_spec)", text)[0]
+    quoted = re.search(r'"(/[^"]+)"', text)
+    if len(text) > 160 and quoted:
         cause = re.sub(r"\s*\[os_error_code=[^\]]*\]$", "", text.rsplit(": ", 1)[-1])
         return f"{quoted.group(1)}: {cause}"
-    return f"{type(e).__name__}: {text[:300]}"
+    name = type(inner).__name__
+    return (text if name == "Exception" else f"{name}: {text}")[:160]
 
 
 class Checkpointer:
@@ -394,7 +403,7 @@ class Checkpointer:
             ),
         )
         meta = dict(out["metadata"])
-        _verify(step, out["state"], meta)
+        _verify(step, out["state"], meta, any_order=True)
         return meta
 
     def restore_newest(

@@ -162,13 +162,11 @@ def copy_run(ref: str, dest: str) -> str:
 
 
 def array_file(step_dir: str) -> str:
-    """The largest file under a step's ``state/`` item data folders (array bytes)."""
-    files = [
-        os.path.join(r, f)
-        for r, _, names in os.walk(os.path.join(step_dir, "state"))
-        for f in names
-        if os.path.basename(r) == "d"
-    ]
+    """The largest data file of a step's ``state`` item that restoring reads: orbax's
+    OCDBT layout keeps the merged tree, with small arrays' bytes inline, in
+    ``state/d/`` (the per-process ``ocdbt.process_*/`` copies are not read back)."""
+    folder = os.path.join(step_dir, "state", "d")
+    files = [os.path.join(folder, f) for f in os.listdir(folder)]
     return max(files, key=os.path.getsize)
 
 
