@@ -4,6 +4,7 @@ the device, and rollout animations.
 
 Run folder (``workdir``)::
 
+    run.lock           the advisory lock of the process writing the folder
     config.json        the resolved config of the run
     metrics.jsonl      one record per training iteration (jaxdrive.logging)
     tb/                TensorBoard event files
@@ -12,6 +13,8 @@ Run folder (``workdir``)::
     summary.json       the last training session's timing and final returns
     eval.json          written by experiments.evaluate
     eval.jsonl         periodic evaluations during training (run.eval_every_chunks)
+    *.discarded-<k>, checkpoints.discarded/   records and damaged checkpoints moved
+                       aside when a run resumed (see jaxdrive.loop)
     animation.gif      an episode of the trained policies (envs with a renderer)
 """
 

@@ -6,10 +6,10 @@
 Flags: ``--config`` (an ml_collections config file, ``path[:preset]``, with
 ``--config.<key>=value`` overrides), ``--workdir`` (default
 ``runs/<env_name>-<timestamp>``), ``--seed`` (overrides ``config.seed``), ``--resume``
-(default true: continue from the workdir's latest checkpoint), ``--progress`` (progress
-bar), ``--allow_config_change`` (resume although the config differs from the run's
-``config.json``), ``--animation`` (write ``animation.gif`` where the env has a renderer;
-default ``config.run.animate``, else true).
+(default true: continue from the workdir's newest checkpoint that verifies),
+``--progress`` (progress bar), ``--allow_config_change`` (resume although the config
+differs from the run's ``config.json``), ``--animation`` (write ``animation.gif`` where
+the env has a renderer; default ``config.run.animate``, else true).
 
 Scale-out flags: ``--num_devices`` (overrides ``config.num_devices``: shard the env batch
 over that many devices; ``0`` = all), ``--coordinator_address``/``--num_processes``/
@@ -19,9 +19,21 @@ same command, only process 0 writes logs), ``--coordinator_timeout`` (seconds), 
 ``--autoscale`` (pick the largest ``num_envs`` whose compiled chunk fits the device
 memory, `jaxdrive.autoscale`; ``--autoscale_budget_mib`` sets the budget on a CPU).
 
-The run folder layout is described in `experiments.common`. A run whose loss or
-parameters become NaN/Inf stops with `jaxdrive.loop.TrainingDivergedError` (exit
-status 1); its last good checkpoint stays in place.
+The run folder layout is described in `experiments.common`. Its rules:
+
+* **Validate, then write.** The config is checked (env and trainer built) and the
+  folder read (``config.json``, the checkpoint's config hash, ``--resume``) before
+  anything is created or written; a refused invocation leaves no trace.
+* **One process per folder.** Process 0 holds `jaxdrive.runlock.RunLock`; a second
+  command on the same folder exits with status 2 naming the holder's pid and host.
+* **A different config needs its own folder** (or ``--allow_config_change``); a finished
+  run re-invoked says so and exits 0 without touching its files (``make train`` derives
+  the folder from its arguments, so new arguments start a new run).
+* **The files agree with the checkpoint** the run resumes from: see `jaxdrive.loop`.
+* **Errors are one line.** Bad input and file-system failures print
+  ``error: <path or flag>: <cause>`` and exit with status 2. A run whose loss or
+  parameters become NaN/Inf stops with `jaxdrive.loop.TrainingDivergedError` (exit
+  status 1); its last good checkpoint stays in place.
 """
 
 from __future__ import annotations

@@ -119,3 +119,20 @@ def test_output_path_checks(tmp_path):
     assert common.error_line(e.value).startswith(str(tmp_path / "nope" / "x.json.tmp"))
     common.write_text(ok, "{}\n")
     assert open(ok).read() == "{}\n" and not os.path.exists(ok + ".tmp")
+
+
+def test_rounding_of_total_env_steps_is_announced_once(capsys):
+    """total_env_steps that is not a whole number of iterations is said once, with the
+    number of env steps that will really be trained; a whole number says nothing."""
+    import types
+
+    from experiments.train import _announce_rounding
+
+    trainer = types.SimpleNamespace(num_iterations=6)
+    _announce_rounding({"num_envs": 64, "num_steps": 50, "total_env_steps": 20000}, trainer)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "total_env_steps=20,000 is not a multiple of num_envs*num_steps=3,200" in err
+    assert "training 6 iterations = 19,200 env steps" in err
+    _announce_rounding({"num_envs": 64, "num_steps": 50, "total_env_steps": 19200}, trainer)
+    assert capsys.readouterr().err == ""
