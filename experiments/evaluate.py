@@ -22,7 +22,7 @@ from absl import app, flags, logging
 
 from experiments import common
 from jaxdrive.checkpoint import Checkpointer, config_hash, read_metadata, step_folders
-from jaxdrive.runfolder import CHECKPOINT_DIR
+from jaxdrive.runfolder import CHECKPOINT_DIR, plain_config
 
 __all__ = ["evaluate", "main"]
 
@@ -103,10 +103,10 @@ def evaluate(
         raise ValueError(
             f"{workdir}: no checkpoints in {ckpt_dir}: train first (experiments.train)"
         )
-    chash = config_hash(common.config_to_dict(config))
+    env, env_params, trainer = common.build(config)
+    chash = config_hash(plain_config(trainer.config))  # as jaxdrive.loop computes it
     _check_hash(workdir, ckpt_dir, step, chash, allow_config_change)
     logging.info("evaluating %s on %s", workdir, common.describe_devices())
-    env, env_params, trainer = common.build(config)
     if trainer.get_params is None or trainer.act is None:
         raise ValueError(f"the {config['algorithm']} trainer has no get_params/act to evaluate")
     state, meta = _restore(ckpt_dir, trainer, step)

@@ -51,7 +51,7 @@ from experiments import common
 from jaxdrive.checkpoint import Checkpointer, config_hash, step_folders
 from jaxdrive.logging import plot_curves, read_metrics
 from jaxdrive.loop import TrainingDivergedError, train_loop
-from jaxdrive.runfolder import CHECKPOINT_DIR, resume_point
+from jaxdrive.runfolder import CHECKPOINT_DIR, plain_config, resume_point
 from jaxdrive.runlock import RunLock
 
 __all__ = ["apply_scaling", "main", "run"]
@@ -145,12 +145,12 @@ def run(
     env, env_params, trainer = common.build(config)
     workdir = workdir or common.default_workdir(config)
     primary = jax.process_index() == 0
-    chash = config_hash(common.config_to_dict(config))
+    chash = config_hash(plain_config(trainer.config))  # as train_loop computes it
     total = trainer.num_iterations
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise ValueError(f"{workdir}: --workdir is a file, not a run folder")
     if primary and not os.path.isdir(workdir):
-        os.makedirs(workdir)  # a new folder: nothing in it to check
+        os.makedirs(workdir, exist_ok=True)  # new: nothing to check (a racing twin: lock)
     with RunLock(workdir, enabled=primary):
         diffs, finished = _check_workdir(
             config, workdir, chash, total, resume=resume, allow_change=allow_config_change

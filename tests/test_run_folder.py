@@ -138,3 +138,19 @@ def test_damaged_newest_checkpoint_falls_back_then_continues_exactly(ref, tmp_pa
     assert "resuming from checkpoint 8" in out.stderr and "skipped checkpoint 10" in out.stderr
     assert os.listdir(os.path.join(wd, "checkpoints.discarded")) == ["10"]
     rf.assert_same_run(wd, ref)
+
+
+def test_same_command_twice_at_once(ref, tmp_path):
+    """The same command started twice at the same moment on a new folder: one trains
+    (exactly like the reference), the other exits with status 2 saying the folder is in
+    use; neither crashes."""
+    wd = str(tmp_path / "run")
+    logs = [str(tmp_path / f"log{i}") for i in range(2)]
+    procs = [rf.start(wd, log) for log in logs]
+    codes = sorted(p.wait(timeout=300) for p in procs)
+    texts = [open(log).read() for log in logs]
+    assert codes == [0, 2], texts
+    refused = next(t for t in texts if "is in use by" in t)
+    assert rf.last_error_line(refused).startswith(f"error: {wd} is in use by ")
+    assert "Traceback" not in refused
+    rf.assert_same_run(wd, ref)
