@@ -216,9 +216,12 @@ class MetricsLogger:
         self.close()
         iteration = int(iteration)
         lines: list[bytes] = []
+        whole = True  # every line ends with a newline (else an append would join two)
         if os.path.exists(self.path):
             with open(self.path, "rb") as f:
-                lines = [ln for ln in f.read().split(b"\n") if ln.strip()]
+                raw = f.read()
+            lines = [ln for ln in raw.split(b"\n") if ln.strip()]
+            whole = not raw or raw.endswith(b"\n")
         keep: dict[int, bytes] = {}
         discarded: list[bytes] = []
         torn = 0
@@ -235,7 +238,7 @@ class MetricsLogger:
                 keep[it] = line
         kept = [keep[i] for i in sorted(keep)]
         aside = None
-        if discarded or kept != lines[: len(kept)] or len(kept) != len(lines):
+        if discarded or kept != lines or not whole:
             aside = _aside(self.path) if discarded else None
             if aside is not None:
                 _write_atomic(aside, b"\n".join(discarded) + b"\n")

@@ -314,6 +314,10 @@ def test_metrics_logger_reconcile_and_plots(tmp_path):
     open(path, "w").writelines(lines[:1] + lines[2:3])
     rep = MetricsLogger(wd, tensorboard=False).reconcile(5)
     assert rep.missing == [2, 4, 5] and "iterations 2, 4-5 have no record" in rep.message(path)
+    # a last record without its newline (cut right before it) gets one
+    open(path, "w").write(lines[0].rstrip("\n"))
+    assert MetricsLogger(wd, tensorboard=False).reconcile(1).discarded == 0
+    assert open(path).read() == lines[0]
     # a damaged line that is not the last one is an error naming the file and line
     open(path, "w").writelines(["{oops\n", *lines[:1]])
     with pytest.raises(ValueError, match=r"metrics.jsonl:1: not a JSON record"):

@@ -136,3 +136,14 @@ def test_rounding_of_total_env_steps_is_announced_once(capsys):
     assert "training 6 iterations = 19,200 env steps" in err
     _announce_rounding({"num_envs": 64, "num_steps": 50, "total_env_steps": 19200}, trainer)
     assert capsys.readouterr().err == ""
+
+
+def test_trim_jsonl_moves_records_past_the_checkpoint(tmp_path):
+    """eval.jsonl on resume: records past the restored iteration (and torn ones) are
+    moved to eval.jsonl.discarded-1; the rest stays in order."""
+    path = str(tmp_path / "eval.jsonl")
+    open(path, "w").write('{"iteration": 2}\n{"iteration": 4}\n{"iteration": 6}\n{"iter')
+    assert common.trim_jsonl(path, 4) == 2
+    assert open(path).read() == '{"iteration": 2}\n{"iteration": 4}\n'
+    assert open(path + ".discarded-1").read() == '{"iteration": 6}\n{"iter\n'
+    assert common.trim_jsonl(path, 4) == 0 and common.trim_jsonl(str(tmp_path / "x"), 1) == 0
