@@ -4,6 +4,7 @@ the device, and rollout animations.
 
 Run folder (``workdir``)::
 
+    run.lock           the advisory lock of the process writing the folder
     config.json        the resolved config of the run
     metrics.jsonl      one record per training iteration (jaxdrive.logging)
     tb/                TensorBoard event files
@@ -12,6 +13,8 @@ Run folder (``workdir``)::
     summary.json       the last training session's timing and final returns
     eval.json          written by experiments.evaluate
     eval.jsonl         periodic evaluations during training (run.eval_every_chunks)
+    *.discarded-<k>, checkpoints.discarded/   records and damaged checkpoints moved
+                       aside when a run resumed (see jaxdrive.loop)
     animation.gif      an episode of the trained policies (envs with a renderer)
 """
 
@@ -30,16 +33,30 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from jaxdrive.checkpoint import config_to_dict
+try:
+    from algorithms.common.config import config_to_dict
+except ImportError:  # until the move of `config_to_dict` lands: the same function
+
+    def config_to_dict(config: Any) -> Any:
+        """A JSON-compatible plain copy of ``config`` (ConfigDict, dict or scalar)."""
+        if config is None:
+            return None
+        if hasattr(config, "to_dict"):
+            config = config.to_dict()
+        return json.loads(json.dumps(config, sort_keys=True, default=str))
+
 
 __all__ = [
     "CONFIG_FILE",
     "build",
     "check_config",
+    "check_output_path",
     "config_diff",
     "default_workdir",
     "describe_devices",
+    "error_line",
     "evaluate_policy",
+    "exit_on_error",
     "find_renderer",
     "load_config",
     "parse_flags",
@@ -47,7 +64,9 @@ __all__ = [
     "render_rollout",
     "run_settings",
     "save_config",
+    "trim_jsonl",
     "write_json",
+    "write_text",
 ]
 
 CONFIG_FILE = "config.json"
@@ -56,19 +75,27 @@ REQUIRED_KEYS = ("env_name", "algorithm", "seed")
 
 # ----- flags ------------------------------------------------------------------------------
 def parse_flags(argv: list[str]) -> list[str]:
-    """absl's flag parsing (``app.run(main, flags_parser=parse_flags)``) with a clear
-    message and exit status 2 for a ``--config.<key>`` override naming no config key
+    """absl's flag parsing (``app.run(main, flags_parser=parse_flags)``) with one
+    ``error: ...`` line and exit status 2 for a bad flag value, a ``--config`` file that
+    does not exist and a ``--config.<key>`` override naming no config key
     (ml_collections raises a bare ``KeyError``/``AttributeError`` there)."""
     import sys
 
     from absl import flags
 
+    for arg in argv[1:]:  # a missing config file, named before absl's own report
+        if arg.startswith("--config=") or arg.startswith("--config_file="):
+            value = arg.split("=", 1)[1]
+            path = value.split(":", 1)[0]
+            if not os.path.isfile(path):
+                what = "is a folder" if os.path.isdir(path) else "no such file"
+                print(f"error: --config={value}: {path}: {what}", file=sys.stderr)
+                sys.exit(2)
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
-        print(f"FATAL Flags parsing error: {e}", file=sys.stderr)
-        print("Pass --helpshort or --helpfull to see help on flags.", file=sys.stderr)
-        sys.exit(1)
+        print(f"error: {e} (--helpshort lists the flags)", file=sys.stderr)
+        sys.exit(2)
     except (AttributeError, KeyError) as e:
         inner: BaseException = e  # AttributeError(KeyError("'key'\nDid you mean ..."))
         while inner.args and isinstance(inner.args[0], BaseException):
@@ -115,20 +142,29 @@ def save_config(config: Any, path: str | os.PathLike) -> dict[str, Any]:
 def load_config(workdir_or_path: str | os.PathLike) -> Any:
     """The ``ml_collections.ConfigDict`` of a run folder's ``config.json`` (or a path).
 
-    Raises ``ValueError`` when there is no such file.
+    Raises ``ValueError`` naming the path when it is missing, not a run folder, or
+    not a JSON object.
     """
     import ml_collections
 
     path = os.fspath(workdir_or_path)
     if os.path.isdir(path):
         path = os.path.join(path, CONFIG_FILE)
+    elif os.path.exists(path) and not path.endswith(".json"):
+        raise ValueError(f"{path}: not a run folder (a file); --workdir must be a run folder")
     if not os.path.isfile(path):
         raise ValueError(
-            f"no {CONFIG_FILE} at {path}: --workdir must be a run folder written by "
+            f"{path}: no {CONFIG_FILE} here; --workdir must be a run folder written by "
             "experiments.train"
         )
-    with open(path) as f:
-        return ml_collections.ConfigDict(json.load(f))
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except ValueError as e:
+        raise ValueError(f"{path}: not valid JSON ({e}); restore it from a copy") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: holds a JSON {type(data).__name__}, not a config object")
+    return ml_collections.ConfigDict(data)
 
 
 def config_diff(
@@ -209,15 +245,38 @@ def describe_devices() -> str:
 
 
 def quiet_orbax() -> None:
-    """Hides orbax-checkpoint's INFO lines (several per save) from absl logging."""
+    """Hides orbax-checkpoint's INFO lines (several per save) and its worker threads'
+    error reports (`_OrbaxInfoFilter`) from absl logging, and
+    the "exception ignored" reports of orbax's abandoned read coroutines ("Event loop
+    is closed" after a clean error, reads of a damaged checkpoint that was then
+    skipped): the error that matters is reported once, by the command."""
+    import sys
+
     absl_logger = logging.get_absl_logger()
     if not any(isinstance(f, _OrbaxInfoFilter) for f in absl_logger.filters):
         absl_logger.addFilter(_OrbaxInfoFilter())
+    if not getattr(sys.unraisablehook, "_jaxdrive", False):
+        previous = sys.unraisablehook
+
+        def hook(unraisable: Any) -> None:
+            text = f"{unraisable.object!r} {unraisable.exc_value!r}"
+            if "coroutine" in text or "Event loop is closed" in text:
+                return
+            previous(unraisable)
+
+        hook._jaxdrive = True  # type: ignore[attr-defined]
+        sys.unraisablehook = hook
 
 
 class _OrbaxInfoFilter:
+    """Drops orbax's INFO records and the ERROR records (with tracebacks) its worker
+    threads log for a failed write or read: the command reports that failure itself, as
+    one line naming the path (`jaxdrive.checkpoint`)."""
+
     def filter(self, record: Any) -> bool:
-        return record.levelno >= 30 or f"{os.sep}orbax{os.sep}" not in record.pathname
+        if f"{os.sep}orbax{os.sep}" not in record.pathname:
+            return True
+        return record.levelno == 30 or record.levelno >= 50
 
 
 # ----- acting -----------------------------------------------------------------------------
@@ -361,10 +420,92 @@ def render_rollout(
     return os.fspath(out)
 
 
+def trim_jsonl(path: str | os.PathLike, max_iteration: int) -> int:
+    """Moves the records of the JSONL file ``path`` whose ``iteration`` exceeds
+    ``max_iteration`` (or that do not parse) to ``<path>.discarded-<k>`` and rewrites it;
+    returns how many moved. For ``eval.jsonl`` when a run resumes from a checkpoint."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        lines = [ln for ln in f.read().splitlines() if ln.strip()]
+    keep, drop = [], []
+    for line in lines:
+        try:
+            ok = int(json.loads(line)["iteration"]) <= max_iteration
+        except (ValueError, KeyError, TypeError):
+            ok = False
+        (keep if ok else drop).append(line)
+    if drop:
+        k = 1
+        while os.path.exists(f"{path}.discarded-{k}"):
+            k += 1
+        write_text(f"{path}.discarded-{k}", "\n".join(drop) + "\n")
+        write_text(path, "".join(line + "\n" for line in keep))
+    return len(drop)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Writes ``text`` to ``path`` atomically (temp file, then rename); an ``OSError``
+    names the file it could not write."""
+    path = os.fspath(path)
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+        raise OSError(e.errno, e.strerror or str(e), e.filename or path) from None
+
+
 def write_json(path: str | os.PathLike, data: Mapping[str, Any]) -> None:
     """Writes ``data`` as indented JSON (atomically: temp file then rename)."""
-    tmp = os.fspath(path) + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True, default=str)
-        f.write("\n")
-    os.replace(tmp, path)
+    write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def check_output_path(path: str | os.PathLike, flag: str = "--out") -> str:
+    """Checks, before any work, that a result can be written to ``path``: its folder
+    exists and is writable and ``path`` is not a folder. Returns ``path``; raises
+    ``ValueError`` naming ``flag``, the path and the cause. For command-line outputs
+    such as ``experiments/benchmarks/run.py --out`` (then `write_text`/`write_json`)."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ValueError(f"{flag}={path}: is a folder, not a file")
+    if not os.path.isdir(folder):
+        what = "is a file" if os.path.exists(folder) else "does not exist"
+        raise ValueError(f"{flag}={path}: its folder {folder} {what}")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise ValueError(f"{flag}={path}: not writable (permission denied)")
+    return path
+
+
+def error_line(e: BaseException) -> str:
+    """One line for a failed command: ``path: cause`` for file-system errors, the
+    message's first line otherwise."""
+    if isinstance(e, OSError) and e.filename is not None:
+        text = f"{e.filename}: {e.strerror or e}"
+    else:
+        text = str(e) or type(e).__name__
+    return text
+
+
+def exit_on_error(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Calls ``fn``; a ``ValueError`` (bad input, a checkpoint that does not restore),
+    an ``OSError`` (a file that cannot be read or written), a held run folder
+    (`jaxdrive.runlock.RunLockedError`) or a ``TimeoutError`` is printed as one
+    ``error: ...`` line on stderr and exits with status 2."""
+    import sys
+
+    from jaxdrive.runlock import RunLockedError
+
+    try:
+        return fn(*args, **kwargs)
+    except (ValueError, OSError, RunLockedError, TimeoutError) as e:
+        print(f"error: {error_line(e)}", file=sys.stderr, flush=True)
+        sys.exit(2)

@@ -6,10 +6,10 @@
 Flags: ``--config`` (an ml_collections config file, ``path[:preset]``, with
 ``--config.<key>=value`` overrides), ``--workdir`` (default
 ``runs/<env_name>-<timestamp>``), ``--seed`` (overrides ``config.seed``), ``--resume``
-(default true: continue from the workdir's latest checkpoint), ``--progress`` (progress
-bar), ``--allow_config_change`` (resume although the config differs from the run's
-``config.json``), ``--animation`` (write ``animation.gif`` where the env has a renderer;
-default ``config.run.animate``, else true).
+(default true: continue from the workdir's newest checkpoint that verifies),
+``--progress`` (progress bar), ``--allow_config_change`` (resume although the config
+differs from the run's ``config.json``), ``--animation`` (write ``animation.gif`` where
+the env has a renderer; default ``config.run.animate``, else true).
 
 Scale-out flags: ``--num_devices`` (overrides ``config.num_devices``: shard the env batch
 over that many devices; ``0`` = all), ``--coordinator_address``/``--num_processes``/
@@ -19,9 +19,21 @@ same command, only process 0 writes logs), ``--coordinator_timeout`` (seconds), 
 ``--autoscale`` (pick the largest ``num_envs`` whose compiled chunk fits the device
 memory, `jaxdrive.autoscale`; ``--autoscale_budget_mib`` sets the budget on a CPU).
 
-The run folder layout is described in `experiments.common`. A run whose loss or
-parameters become NaN/Inf stops with `jaxdrive.loop.TrainingDivergedError` (exit
-status 1); its last good checkpoint stays in place.
+The run folder layout is described in `experiments.common`. Its rules:
+
+* **Validate, then write.** The config is checked (env and trainer built) and the
+  folder read (``config.json``, the checkpoint's config hash, ``--resume``) before
+  anything is created or written; a refused invocation leaves no trace.
+* **One process per folder.** Process 0 holds `jaxdrive.runlock.RunLock`; a second
+  command on the same folder exits with status 2 naming the holder's pid and host.
+* **A different config needs its own folder** (or ``--allow_config_change``); a finished
+  run re-invoked says so and exits 0 without touching its files (``make train`` derives
+  the folder from its arguments, so new arguments start a new run).
+* **The files agree with the checkpoint** the run resumes from: see `jaxdrive.loop`.
+* **Errors are one line.** Bad input and file-system failures print
+  ``error: <path or flag>: <cause>`` and exit with status 2. A run whose loss or
+  parameters become NaN/Inf stops with `jaxdrive.loop.TrainingDivergedError` (exit
+  status 1); its last good checkpoint stays in place.
 """
 
 from __future__ import annotations
@@ -36,37 +48,74 @@ import jax
 from absl import app, flags, logging
 
 from experiments import common
-from jaxdrive.checkpoint import latest_step
+from jaxdrive.checkpoint import Checkpointer, config_hash, step_folders
 from jaxdrive.logging import plot_curves, read_metrics
-from jaxdrive.loop import CHECKPOINT_DIR, TrainingDivergedError, train_loop
+from jaxdrive.loop import TrainingDivergedError, train_loop
+from jaxdrive.runfolder import CHECKPOINT_DIR, plain_config, resume_point
+from jaxdrive.runlock import RunLock
 
 __all__ = ["apply_scaling", "main", "run"]
 
 
-def _prepare_workdir(config: Any, workdir: str, *, resume: bool, allow_config_change: bool):
-    """Checks ``workdir`` against ``config`` and writes ``config.json``."""
+def _check_workdir(
+    config: Any, workdir: str, chash: str | None, total: int, *, resume: bool, allow_change: bool
+) -> tuple[list[str], bool]:
+    """Reads ``workdir`` (nothing is written) and refuses what must not run: a file,
+    a run of another config (by ``config.json`` and by the checkpoint's config hash,
+    unless ``allow_change``), checkpoints without ``resume``, a checkpoint past the end.
+    Returns the differences from the run's ``config.json`` (allowed ones) and whether
+    the newest checkpoint is the run's last iteration."""
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise ValueError(f"{workdir}: --workdir is a file, not a run folder")
     path = os.path.join(workdir, common.CONFIG_FILE)
-    step = latest_step(os.path.join(workdir, CHECKPOINT_DIR))
-    if step is not None and not resume:
+    diffs: list[str] = []
+    if os.path.exists(path):  # a damaged file is named, even with nothing to resume
+        saved = common.load_config(path)
+        if step_folders(os.path.join(workdir, CHECKPOINT_DIR)):
+            diffs = common.config_diff(saved, config)
+    if diffs and not allow_change:
+        shown = "\n  ".join(diffs[:20]) + ("\n  ..." if len(diffs) > 20 else "")
         raise ValueError(
-            f"{workdir} holds a run (checkpoint at iteration {step}); pass --resume to "
-            "continue it or choose another --workdir"
+            f"--workdir {workdir} holds a run with a different config:\n  {shown}\n"
+            "use a fresh --workdir for the new config, or pass --allow_config_change "
+            "to resume this run with it"
         )
-    if os.path.exists(path) and step is not None:
-        diffs = common.config_diff(common.load_config(workdir), config)
-        if diffs and not allow_config_change:
-            shown = "\n  ".join(diffs[:20]) + ("\n  ..." if len(diffs) > 20 else "")
-            raise ValueError(
-                f"--workdir {workdir} holds a run with a different config:\n  {shown}\n"
-                "use a fresh --workdir, or pass --allow_config_change to resume anyway"
-            )
+    point = resume_point(workdir, chash, total, resume=resume, check_config=not allow_change)
+    finished = point is not None and int(point.get("iteration", -1)) == total
+    if finished:  # only if that checkpoint verifies (else the loop falls back past it)
+        try:
+            with Checkpointer(os.path.join(workdir, CHECKPOINT_DIR)) as ckpt:
+                ckpt.verify(int(point.get("step", total)))
+        except Exception:
+            finished = False
+    return diffs, finished
+
+
+def _write_config(config: Any, workdir: str, diffs: list[str]) -> None:
+    """Writes ``config.json`` when it is missing or differs (the old one is kept)."""
+    path = os.path.join(workdir, common.CONFIG_FILE)
+    if os.path.exists(path):
+        if common.config_to_dict(common.load_config(path)) == common.config_to_dict(config):
+            return  # the same config: the file is left as it is
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        os.replace(path, os.path.join(workdir, f"config.{stamp}.json"))
         if diffs:
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            os.replace(path, os.path.join(workdir, f"config.{stamp}.json"))
             logging.warning("config changed on resume (old one kept): %s", "; ".join(diffs))
-    if jax.process_index() == 0:
-        os.makedirs(workdir, exist_ok=True)
-        common.save_config(config, path)
+    common.save_config(config, path)
+
+
+def _announce_rounding(config: Any, trainer: Any) -> None:
+    """Says once when ``total_env_steps`` is not a whole number of iterations."""
+    per_iter = int(config["num_envs"]) * int(config["num_steps"])
+    total = int(config["total_env_steps"])
+    if total % per_iter and jax.process_index() == 0:
+        print(
+            f"note: total_env_steps={total:,} is not a multiple of num_envs*num_steps="
+            f"{per_iter:,}: training {trainer.num_iterations} iterations = "
+            f"{trainer.num_iterations * per_iter:,} env steps",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def run(
@@ -80,18 +129,57 @@ def run(
 ) -> dict[str, Any]:
     """Trains ``config`` into ``workdir``; returns the summary written to summary.json.
 
-    Raises ``ValueError`` for a bad config or a workdir holding another run, and
-    `TrainingDivergedError` when training diverges.
+    The config is validated (the env and trainer are built) and the run folder
+    checked before anything is written or created; process 0 then holds the folder's
+    `jaxdrive.runlock.RunLock`. A finished run says so and returns its summary
+    (``"finished": True``) without touching the folder's files.
+
+    Raises ``ValueError`` for a bad config or a workdir holding another run,
+    ``OSError`` for files that cannot be written, `jaxdrive.runlock.RunLockedError`
+    when another process uses the workdir and `TrainingDivergedError` when training
+    diverges.
     """
     t0 = time.perf_counter()
     common.quiet_orbax()
     common.check_config(config)
+    env, env_params, trainer = common.build(config)
     workdir = workdir or common.default_workdir(config)
-    _prepare_workdir(config, workdir, resume=resume, allow_config_change=allow_config_change)
+    primary = jax.process_index() == 0
+    chash = config_hash(plain_config(trainer.config))  # as train_loop computes it
+    total = trainer.num_iterations
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise ValueError(f"{workdir}: --workdir is a file, not a run folder")
+    if primary and not os.path.isdir(workdir):
+        os.makedirs(workdir, exist_ok=True)  # new: nothing to check (a racing twin: lock)
+    with RunLock(workdir, enabled=primary):
+        diffs, finished = _check_workdir(
+            config, workdir, chash, total, resume=resume, allow_change=allow_config_change
+        )
+        if finished:  # its last checkpoint verifies: nothing to compile, nothing to write
+            if primary:
+                print(
+                    f"{workdir}: this run is finished ({total}/{total} iterations); nothing "
+                    "to do (its files are unchanged). Evaluate it with `python -m "
+                    f"experiments.evaluate --workdir={workdir}`, or pass another --workdir "
+                    "for a new run.",
+                    flush=True,
+                )
+            return {"workdir": os.path.abspath(workdir), "finished": True, "iterations": total}
+        _announce_rounding(config, trainer)
+        if primary:
+            _write_config(config, workdir, diffs)
+        return _train(
+            config, workdir, env, env_params, trainer, t0,
+            progress=progress, allow_config_change=allow_config_change, animation=animation,
+        )  # fmt: skip
+
+
+def _train(
+    config, workdir, env, env_params, trainer, t0, *, progress, allow_config_change, animation
+) -> dict[str, Any]:
+    """`run` after the checks: the training loop, then plots, animation and summary."""
     primary = jax.process_index() == 0
     logging.info("run folder %s; devices %s", workdir, common.describe_devices())
-
-    env, env_params, trainer = common.build(config)
     rs = common.run_settings(config)
     ipc = int(rs["iterations_per_chunk"])
     logging.info(
@@ -101,10 +189,14 @@ def run(
     )  # fmt: skip
 
     on_chunk = None
+    eval_path = os.path.join(workdir, "eval.jsonl")
     eval_every = int(rs["eval_every_chunks"] or 0)
     if eval_every > 0 and trainer.act is not None and trainer.get_params is not None:
+        trimmed = []
 
         def on_chunk(info):  # periodic evaluation episodes -> eval.jsonl
+            if not trimmed and primary:  # records past the restored checkpoint go
+                trimmed.append(common.trim_jsonl(eval_path, info.start_iteration))
             last = info.end_iteration == trainer.num_iterations
             if (info.end_iteration // ipc) % eval_every and not last:
                 return False
@@ -115,7 +207,7 @@ def run(
             )  # fmt: skip
             res = {"iteration": info.end_iteration, "env_steps": int(info.env_steps[-1]), **res}
             if primary:
-                with open(os.path.join(workdir, "eval.jsonl"), "a") as f:
+                with open(eval_path, "a") as f:
                     f.write(json.dumps(res) + "\n")
             logging.info("eval at iteration %d: %s", info.end_iteration, res["returns"])
             return False
@@ -127,13 +219,11 @@ def run(
         iterations_per_chunk=ipc,
         checkpoint_every_chunks=int(rs["checkpoint_every_chunks"]),
         keep_checkpoints=int(rs["keep_checkpoints"]),
-        resume=resume,
         progress=progress,
         on_chunk=on_chunk,
         check_config=not allow_config_change,
         metadata={"env_name": config["env_name"], "algorithm": config["algorithm"]},
     )
-
     plots, gif = [], None
     if primary:
         plots = plot_curves(workdir)
@@ -146,8 +236,8 @@ def run(
             )  # fmt: skip
 
     records = read_metrics(workdir) if primary else []
-    # the last iteration in which an episode ended (returns mean nothing in the others)
-    ended = [r for r in records if r["metrics"].get("episodes_done", 1) > 0]
+    # the last iteration in which an episode ended (the others have no returns)
+    ended = [r for r in records if any(k.startswith("episode_return") for k in r["metrics"])]
     last = ended[-1]["metrics"] if ended else {}
     final_returns = {k: v for k, v in last.items() if k.startswith("episode_return")}
     wall = time.perf_counter() - t0
@@ -159,6 +249,7 @@ def run(
         "env_steps": int(records[-1]["env_steps"]) if records else 0,
         "resumed_from": hist.resumed_from,
         "session_env_steps": hist.env_steps_done,
+        "finished": len(records) > 0 and records[-1]["iteration"] == trainer.num_iterations,
         "wall_seconds": wall,
         "compile_seconds": hist.compile_seconds,
         "train_seconds": hist.train_seconds,
@@ -181,7 +272,13 @@ def apply_scaling(
     ``num_envs`` chosen by `jaxdrive.autoscale.autoscale` (its table is logged)."""
     if num_devices is not None:
         value = str(num_devices).strip()
-        value = value if value.lower() == "all" else int(value)
+        if value.lower() != "all":
+            try:
+                value = int(value)
+            except ValueError:
+                raise ValueError(
+                    f"--num_devices={num_devices}: expected an integer (0: every device) or 'all'"
+                ) from None
         if hasattr(config, "unlocked"):  # a locked ConfigDict gains the key
             with config.unlocked():
                 config["num_devices"] = value
@@ -191,7 +288,12 @@ def apply_scaling(
         from jaxdrive.autoscale import autoscale as run_autoscale
 
         budget = None if budget_mib is None else int(budget_mib * 2**20)
-        res = run_autoscale(config, memory_budget_bytes=budget, log=logging.info)
+        res = run_autoscale(
+            config,
+            make_trainer=lambda c: common.build(c)[2],
+            memory_budget_bytes=budget,
+            log=logging.info,
+        )
         if jax.process_index() == 0:
             print(res.table(), flush=True)
         config = res.config
@@ -258,7 +360,8 @@ def main(argv: list[str]) -> None:
     config = FLAGS.config
     if FLAGS.seed is not None:
         config.seed = FLAGS.seed
-    try:
+
+    def go() -> None:
         from jaxdrive import distributed
 
         distributed.initialize(
@@ -267,24 +370,24 @@ def main(argv: list[str]) -> None:
             FLAGS.process_id,
             timeout_s=FLAGS.coordinator_timeout,
         )
-        config = apply_scaling(
+        scaled = apply_scaling(
             config, FLAGS.num_devices, FLAGS.autoscale, FLAGS.autoscale_budget_mib
         )
         run(
-            config,
+            scaled,
             FLAGS.workdir,
             resume=FLAGS.resume,
             progress=FLAGS.progress,
             allow_config_change=FLAGS.allow_config_change,
             animation=FLAGS.animation,
         )
+
+    try:
+        common.exit_on_error(go)
     except TrainingDivergedError as e:
         logging.error("training diverged: %s (the last good checkpoint is kept)", e)
         print(f"training diverged: {e}", file=sys.stderr)
         sys.exit(1)
-    except (ValueError, TimeoutError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,25 @@
-"""Checkpoints of a training run with orbax-checkpoint.
+"""Checkpoints of a training run with orbax-checkpoint, verified on restore.
 
 A checkpoint is one step folder ``<directory>/<step>/`` (``step`` = iterations done)
 holding two items: ``state``, the runner state pytree (params, optimiser states, env
 state, RNG, iteration), and ``metadata``, a small JSON dict (iteration, env steps,
-config hash, ...). Orbax writes each step into a temporary folder and renames it when
-complete, so a crash mid-save never leaves a half-written step that `latest_step`
-would pick; leftover temporary folders are removed when the manager opens.
+config hash, digest, ...). Orbax writes each step into a temporary folder and renames
+it when complete, so a crash mid-save never leaves a half-written step that
+`latest_step` would pick; leftover temporary folders are removed when a manager opens
+the folder for writing.
+
+**Digest.** `save` stores a digest of every array of the state in the metadata and
+`restore` recomputes it from the restored arrays: a truncated or bit-flipped array file
+that still decodes (or decodes to the fill value) is detected instead of silently
+restoring wrong numbers. Per leaf, the array's bits are read as ``uint32`` words
+``w_i`` (narrower types widened, 64-bit ones split) and two sums are taken modulo
+``2^32``: ``Σ w_i·m_i`` and ``Σ (w_i ⊕ c_i)·n_i`` with odd, index-dependent multipliers
+``m_i, n_i``. A change of ``k`` bits of one word changes each sum by an odd multiple of
+a power of two below ``2^32``, never ``0``: every single-word change is caught, and an
+arbitrary corruption escapes both sums with probability about ``2^-64``. Modular sums
+do not depend on the order of the reduction, so the digest is the same for any
+sharding; it is computed on the device (one small jitted reduction per save).
+`restore_newest` falls back to older steps when the newest does not restore or verify.
 
 Typed PRNG keys (``jax.random.key``) are stored as their raw ``uint32`` data and
 re-wrapped on restore, so runner states may hold either kind of key.
@@ -27,18 +41,34 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import re
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Checkpointer", "config_hash", "config_to_dict", "latest_step"]
+__all__ = [
+    "CheckpointError",
+    "Checkpointer",
+    "Restored",
+    "config_hash",
+    "latest_step",
+    "read_metadata",
+    "state_digest",
+    "step_folders",
+]
 
 _ITEMS = ("state", "metadata")
+_DIGEST_KIND = "wsum32x2"  # the digest's name in the metadata (see the module doc)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder holds no checkpoint that restores and verifies."""
 
 
 def _is_key(x: Any) -> bool:
@@ -85,37 +115,155 @@ def _restore_keys(target: Any, restored: Any) -> Any:
     return jax.tree.map(fix, target, restored)
 
 
-def config_to_dict(config: Any) -> Any:
-    """A JSON-compatible plain copy of ``config`` (ConfigDict, dict, dataclass or scalar).
+def config_hash(config: Any, *, ignore: tuple[str, ...] = ("run", "num_devices")) -> str | None:
+    """A short sha256 of the plain-data ``config`` (dicts, lists, scalars) without its
+    top-level keys ``ignore``; ``None`` for ``None``. Callers convert a ConfigDict first.
 
-    Tuples become lists and non-JSON leaves their ``str``, as ``json.dumps`` would need.
+    The text hashed is ``json.dumps`` with sorted keys (tuples count as lists, non-JSON
+    leaves as their ``str``). ``ignore`` defaults to the ``run`` section (chunk sizes,
+    checkpoint cadence, logging) and ``num_devices`` (results agree across device counts
+    to floating-point tolerance, so a run may resume on another number of devices):
+    settings that do not change the numbers a run computes.
     """
     if config is None:
         return None
-    if hasattr(config, "to_dict"):
-        config = config.to_dict()
-    return json.loads(json.dumps(config, sort_keys=True, default=str))
-
-
-def config_hash(config: Any, *, ignore: tuple[str, ...] = ("run", "num_devices")) -> str | None:
-    """A short sha256 of ``config`` without its top-level keys ``ignore``.
-
-    ``ignore`` defaults to the ``run`` section (chunk sizes, checkpoint cadence,
-    logging) and ``num_devices`` (results agree across device counts to floating-point
-    tolerance, so a run may resume on another number of devices): settings that do not
-    change the numbers a run computes.
-    """
-    d = config_to_dict(config)
-    if d is None:
-        return None
-    if isinstance(d, dict):
-        d = {k: v for k, v in d.items() if k not in ignore}
-    text = json.dumps(d, sort_keys=True, separators=(",", ":"))
+    if isinstance(config, dict):
+        config = {k: v for k, v in config.items() if k not in ignore}
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# ----- digest -----------------------------------------------------------------------------
+def _words(x: jax.Array) -> jax.Array:
+    """The bits of ``x`` as ``uint32 [n]`` (bool/8/16-bit widened, 64-bit split)."""
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        x = jnp.stack([jnp.real(x), jnp.imag(x)], axis=-1)
+    if x.dtype == jnp.bool_:
+        x = x.astype(jnp.uint8)
+    size = x.dtype.itemsize
+    if size in (1, 2):
+        x = jax.lax.bitcast_convert_type(x, jnp.dtype(f"uint{8 * size}")).astype(jnp.uint32)
+    else:  # 4 bytes: one word; 8 bytes: a trailing axis of two words
+        x = jax.lax.bitcast_convert_type(x, jnp.uint32)
+    return x.reshape(-1)
+
+
+def _leaf_digest(x: jax.Array) -> jax.Array:
+    w = _words(x)
+    i = jnp.arange(w.shape[0], dtype=jnp.uint32)
+    m = i * jnp.uint32(0x9E3779B1) | jnp.uint32(1)
+    n = (i ^ jnp.uint32(0x85EBCA6B)) * jnp.uint32(0xC2B2AE35) | jnp.uint32(1)
+    c = i * jnp.uint32(0x27D4EB2F) + jnp.uint32(0x165667B1)
+    s1 = jnp.sum(w * m, dtype=jnp.uint32)
+    s2 = jnp.sum((w ^ c) * n, dtype=jnp.uint32)
+    return jnp.stack([s1, s2])
+
+
+@jax.jit
+def _digest_words(leaves: list[jax.Array]) -> jax.Array:
+    if not leaves:
+        return jnp.zeros((0, 2), jnp.uint32)
+    return jnp.stack([_leaf_digest(x) for x in leaves])
+
+
+def state_digest(tree: Any) -> list[str]:
+    """One 16-hex-digit digest per array leaf of ``tree`` (see the module doc), with the
+    leaf's dtype and shape: ``["float32[3,4]:1a2b…", ...]``."""
+    leaves = [jnp.asarray(x) for x in jax.tree.leaves(_keys_to_data(tree))]
+    sums = np.asarray(jax.device_get(_digest_words(leaves)))
+    return [
+        f"{x.dtype}[{','.join(map(str, x.shape))}]:{int(a):08x}{int(b):08x}"
+        for x, (a, b) in zip(leaves, sums, strict=True)
+    ]
+
+
+def _verify(step: int, state: Any, meta: dict[str, Any], any_order: bool = False) -> None:
+    """Raises `CheckpointError` when ``state`` does not match ``meta``'s digest
+    (``any_order``: as a multiset, for a state read back as nested dicts, whose leaf
+    order is not the saved structure's)."""
+    saved = meta.get("digest")
+    if not isinstance(saved, dict) or saved.get("kind") != _DIGEST_KIND:
+        return  # written without a digest: nothing to check against
+    got = state_digest(state)
+    want = saved.get("leaves")
+    if any_order:
+        got, want = sorted(got), sorted(want or [])
+    if got != want:
+        bad = [i for i, (a, b) in enumerate(zip(got, want or [], strict=False)) if a != b]
+        where = f"leaf {bad[0]} of {len(got)}" if bad else f"{len(got)} vs {len(want or [])}"
+        raise CheckpointError(f"checkpoint {step}: array digest mismatch ({where}): corrupted")
+
+
+# ----- folders ----------------------------------------------------------------------------
+def step_folders(directory: str | os.PathLike) -> list[int]:
+    """The steps of the complete checkpoints in ``directory``, ascending, read from the
+    folder names alone (integer-named folders holding a ``state`` item; orbax's
+    temporary ``<step>.orbax-checkpoint-tmp-*`` folders are not integers)."""
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        return []
+    return sorted(
+        int(name)
+        for name in os.listdir(directory)
+        if name.isdigit() and os.path.isdir(os.path.join(directory, name, "state"))
+    )
+
+
+def latest_step(directory: str | os.PathLike) -> int | None:
+    """The newest complete checkpoint step in ``directory`` without opening a manager."""
+    steps = step_folders(directory)
+    return steps[-1] if steps else None
+
+
+def read_metadata(directory: str | os.PathLike, step: int) -> dict[str, Any]:
+    """The metadata dict of ``step`` read as plain JSON (no orbax, nothing written).
+
+    Raises ``OSError`` or ``ValueError`` (naming the file) when it is missing or damaged.
+    """
+    path = os.path.join(os.fspath(directory), str(int(step)), "metadata", "metadata")
+    with open(path) as f:
+        text = f.read()
+    try:
+        meta = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return meta
+
+
+@dataclasses.dataclass
+class Restored:
+    """What `Checkpointer.restore_newest` found: the state and metadata of ``step`` and
+    the newer steps it skipped, as ``[(step, reason)]``."""
+
+    state: Any
+    metadata: dict[str, Any]
+    step: int
+    skipped: list[tuple[int, str]]
+
+
+def _reason(e: BaseException) -> str:
+    """One short line for a failed read or write: the innermost cause, without the
+    storage layer's specs; a long tensorstore message (the file in quotes, the OS cause
+    last) becomes ``<file>: <cause>``."""
+    inner = e
+    while inner.__cause__ is not None and inner.__cause__ is not inner:
+        inner = inner.__cause__
+    text = " ".join(str(inner).split())
+    text = re.split(r"\s*(?:See full TensorStore details|\[tensorstore_spec)", text)[0]
+    quoted = re.search(r'"(/[^"]+)"', text)
+    if len(text) > 160 and quoted:
+        cause = re.sub(r"\s*\[os_error_code=[^\]]*\]$", "", text.rsplit(": ", 1)[-1])
+        return f"{quoted.group(1)}: {cause}"
+    name = type(inner).__name__
+    return (text if name == "Exception" else f"{name}: {text}")[:160]
 
 
 class Checkpointer:
     """Saves and restores ``(runner_state, metadata)`` pairs under ``directory``.
+
+    Nothing is created or cleaned up in ``directory`` until the first `save`.
 
     Args:
       directory: the checkpoints folder (created on the first save when missing).
@@ -123,24 +271,39 @@ class Checkpointer:
     """
 
     def __init__(self, directory: str | os.PathLike, *, max_to_keep: int | None = 3):
-        import orbax.checkpoint as ocp
-
         if max_to_keep is not None and int(max_to_keep) < 1:
             raise ValueError(f"max_to_keep must be >= 1 or None, got {max_to_keep}")
         self.directory = os.path.abspath(os.fspath(directory))
-        self._ocp = ocp
-        options = ocp.CheckpointManagerOptions(
-            max_to_keep=None if max_to_keep is None else int(max_to_keep),
-            create=True,
-            cleanup_tmp_directories=True,
-            enable_async_checkpointing=False,
-        )
-        self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=_ITEMS)
+        self._max_to_keep = None if max_to_keep is None else int(max_to_keep)
+        self._manager = None
+        self._writable = False
+
+    def _mgr(self, create: bool) -> Any:
+        """The orbax manager, opened on first use (``create``: for writing, which also
+        removes the temporary folders of interrupted saves)."""
+        if create and self._manager is not None and not self._writable:
+            self.close()  # opened for reading: reopen for writing
+        if self._manager is None:
+            import orbax.checkpoint as ocp
+
+            if not create and not os.path.isdir(self.directory):
+                raise FileNotFoundError(f"no checkpoint found in {self.directory}")
+            options = ocp.CheckpointManagerOptions(
+                max_to_keep=self._max_to_keep,
+                create=create,
+                cleanup_tmp_directories=create,
+                enable_async_checkpointing=False,
+            )
+            self._manager = ocp.CheckpointManager(
+                self.directory, options=options, item_names=_ITEMS
+            )
+            self._writable = create
+        return self._manager
 
     # ----- queries ---------------------------------------------------------------------
     def all_steps(self) -> list[int]:
         """The steps of every complete checkpoint, ascending."""
-        return sorted(int(s) for s in self._manager.all_steps())
+        return step_folders(self.directory)
 
     def latest_step(self) -> int | None:
         """The newest complete step, or ``None`` when there is none."""
@@ -149,23 +312,33 @@ class Checkpointer:
 
     # ----- save / restore --------------------------------------------------------------
     def save(self, step: int, state: Any, metadata: dict[str, Any] | None = None) -> None:
-        """Writes ``state`` (any pytree of arrays) and ``metadata`` (JSON) as ``step``.
+        """Writes ``state`` (any pytree of arrays), its digest and ``metadata`` (JSON) as
+        ``step``.
 
         Every process must call it (orbax coordinates multi-process saves; process 0
-        writes the shared files). Blocks until the step is on disk.
+        writes the shared files). Blocks until the step is on disk. A failed write
+        raises ``OSError`` naming the folder and the cause.
         """
-        ocp = self._ocp
         step = int(step)
         if step < 0:
             raise ValueError(f"checkpoint step must be >= 0, got {step}")
+        import orbax.checkpoint as ocp
+
         meta = dict(metadata or {})
         meta.setdefault("step", step)
+        meta["digest"] = {"kind": _DIGEST_KIND, "leaves": state_digest(state)}
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(_keys_to_data(state)),
             metadata=ocp.args.JsonSave(json.loads(json.dumps(meta, default=str))),
         )
-        self._manager.save(step, args=args, force=True)
-        self._manager.wait_until_finished()
+        try:
+            manager = self._mgr(create=True)
+            manager.save(step, args=args, force=True)
+            manager.wait_until_finished()
+        except Exception as e:
+            raise OSError(
+                f"{self.directory}: could not write checkpoint {step}: {_reason(e)}"
+            ) from e
 
     def _check_step(self, step: int | None) -> int:
         steps = self.all_steps()
@@ -180,26 +353,27 @@ class Checkpointer:
         return int(step)
 
     def restore_metadata(self, step: int | None = None) -> dict[str, Any]:
-        """The metadata dict of ``step`` (default: the latest)."""
-        ocp = self._ocp
-        step = self._check_step(step)
-        out = self._manager.restore(step, args=ocp.args.Composite(metadata=ocp.args.JsonRestore()))
-        return dict(out["metadata"])
+        """The metadata dict of ``step`` (default: the latest), digest included."""
+        return read_metadata(self.directory, self._check_step(step))
 
-    def restore(self, target: Any, step: int | None = None) -> tuple[Any, dict[str, Any]]:
+    def restore(
+        self, target: Any, step: int | None = None, *, verify: bool = True
+    ) -> tuple[Any, dict[str, Any]]:
         """Restores ``step`` (default: the latest) into the structure of ``target``.
 
         ``target``: a pytree with the saved state's structure, of arrays or
         `jax.ShapeDtypeStruct` (e.g. ``jax.eval_shape(trainer.init, key)``); restored
         arrays get its leaves' dtypes and shardings. Returns ``(state, metadata)``.
-        Raises ``FileNotFoundError`` when there is no such checkpoint and
-        ``ValueError`` when the saved tree does not fit ``target``.
+        Raises ``FileNotFoundError`` when there is no such checkpoint, ``ValueError``
+        when the saved tree does not fit ``target`` and `CheckpointError` when the
+        restored arrays do not match the saved digest (``verify``).
         """
-        ocp = self._ocp
+        import orbax.checkpoint as ocp
+
         step = self._check_step(step)
         abstract = jax.tree.map(_abstract, target)
         try:
-            out = self._manager.restore(
+            out = self._mgr(create=False).restore(
                 step,
                 args=ocp.args.Composite(
                     state=ocp.args.StandardRestore(abstract), metadata=ocp.args.JsonRestore()
@@ -210,33 +384,63 @@ class Checkpointer:
                 f"checkpoint {step} in {self.directory} does not fit the target state "
                 f"structure (was it written with another config?): {e}"
             ) from e
-        state = _restore_keys(target, out["state"])
-        return state, dict(out["metadata"])
+        meta = dict(out["metadata"])
+        if verify:
+            _verify(step, out["state"], meta)
+        meta.pop("digest", None)
+        return _restore_keys(target, out["state"]), meta
+
+    def verify(self, step: int | None = None) -> dict[str, Any]:
+        """Reads ``step`` (default: the latest) as saved, with no target structure, and
+        checks its digest; returns its metadata. Raises like `restore`."""
+        import orbax.checkpoint as ocp
+
+        step = self._check_step(step)
+        out = self._mgr(create=False).restore(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(), metadata=ocp.args.JsonRestore()
+            ),
+        )
+        meta = dict(out["metadata"])
+        _verify(step, out["state"], meta, any_order=True)
+        return meta
+
+    def restore_newest(
+        self, target: Any, steps: list[int] | None = None, *, verify: bool = True
+    ) -> Restored:
+        """Restores the newest of ``steps`` (default: all) that restores and verifies.
+
+        Each failure (unreadable files, a tree that does not fit, a digest mismatch) is
+        recorded in ``Restored.skipped`` and the next older step is tried. Raises
+        `CheckpointError` naming the folder and every step's reason when none restores.
+        """
+        steps = sorted(self.all_steps() if steps is None else steps, reverse=True)
+        skipped: list[tuple[int, str]] = []
+        for step in steps:
+            try:
+                state, meta = self.restore(target, step, verify=verify)
+            except Exception as e:  # any damage: try the next older step
+                skipped.append((step, _reason(e)))
+                continue
+            return Restored(state, meta, step, skipped)
+        why = "; ".join(f"{s}: {r}" for s, r in skipped) or "no checkpoint"
+        raise CheckpointError(
+            f"{self.directory}: no checkpoint restores ({why}); move the folder aside "
+            "(or delete it) to start afresh"
+        )
 
     def close(self) -> None:
         """Waits for pending work and releases the manager."""
-        self._manager.wait_until_finished()
-        self._manager.close()
+        if self._manager is not None:
+            manager, self._manager = self._manager, None
+            try:
+                manager.wait_until_finished()
+            finally:
+                manager.close()
 
     def __enter__(self) -> Checkpointer:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def latest_step(directory: str | os.PathLike) -> int | None:
-    """The newest complete checkpoint step in ``directory`` without opening a manager.
-
-    Complete steps are integer-named folders holding a ``state`` item; orbax's
-    temporary folders (``<step>.orbax-checkpoint-tmp-*``) are not integers.
-    """
-    directory = os.fspath(directory)
-    if not os.path.isdir(directory):
-        return None
-    steps = [
-        int(name)
-        for name in os.listdir(directory)
-        if name.isdigit() and os.path.isdir(os.path.join(directory, name, "state"))
-    ]
-    return max(steps) if steps else None

@@ -7,19 +7,26 @@ inside). Between chunks, on the host, it fetches the chunk's stacked metrics ``[
 scalars, updates a progress bar and saves a checkpoint every
 ``checkpoint_every_chunks`` chunks and at the end.
 
-Chunk boundaries sit at multiples of ``iterations_per_chunk`` counted from iteration
-0; the last chunk is shorter when ``iterations_per_chunk`` does not divide the number
-of iterations, and that size is compiled too (ahead of time, once: at most two
-executables per run, three when a run resumes from a checkpoint taken with another
-chunk size). Keeping the boundaries fixed makes a resumed run call the very same
-executables on the very same states as an uninterrupted one, so its numbers are
-bitwise equal. The runner state is donated to each chunk, so its buffers are reused.
+Chunk boundaries sit at multiples of the chunk size counted from iteration 0. The chunk
+size is ``iterations_per_chunk``, or, when that does not divide the number of
+iterations, the nearest divisor of it down to half of ``iterations_per_chunk`` (see
+`chunk_size`; logged once), so that one executable serves the whole run; only when no
+such divisor exists is the last chunk shorter and compiled too (ahead of time, once).
+Keeping the boundaries fixed makes a resumed run call the very same executables on the
+very same states as an uninterrupted one, so its numbers are bitwise equal. The runner
+state is donated to each chunk, so its buffers are reused.
 
 Run folder written under ``workdir`` (every part optional when ``workdir`` is None)::
 
     workdir/metrics.jsonl      one JSON record per iteration (see jaxdrive.logging)
     workdir/tb/                TensorBoard event files
     workdir/checkpoints/<n>/   orbax checkpoint after n iterations (state + metadata)
+    workdir/run.lock           the advisory lock of the process writing the folder
+
+Resuming (see `jaxdrive.runfolder`): the newest checkpoint that restores and verifies
+its digest is used (damaged newer ones are named and moved to
+``checkpoints.discarded/``), and ``metrics.jsonl`` and TensorBoard are made to agree
+with it (`jaxdrive.logging`).
 """
 
 from __future__ import annotations
@@ -39,14 +46,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdrive.checkpoint import Checkpointer, config_hash
-from jaxdrive.logging import MetricsLogger
+from jaxdrive.logging import MetricsLogger, episode_metric
+from jaxdrive.runfolder import CHECKPOINT_DIR, plain_config, restore_run, resume_point
+from jaxdrive.runlock import RunLock
 from jaxdrive.training import Trainer
 
-__all__ = ["ChunkInfo", "History", "TrainingDivergedError", "is_checked_metric", "train_loop"]
+__all__ = [
+    "ChunkInfo",
+    "History",
+    "TrainingDivergedError",
+    "chunk_size",
+    "is_checked_metric",
+    "train_loop",
+]
 
 log = logging.getLogger(__name__)
-
-CHECKPOINT_DIR = "checkpoints"
 
 
 class TrainingDivergedError(RuntimeError):
@@ -207,12 +221,6 @@ def _returns_text(latest: dict[str, float]) -> str:
     return "return " + " ".join(items) if items else ""
 
 
-def episode_metric(name: str) -> bool:
-    """Whether metric ``name`` describes finished episodes (``episode_return*``,
-    ``episode_length``): it only means something where ``episodes_done > 0``."""
-    return name.split("/")[0].startswith("episode_")
-
-
 def _latest_values(metrics: dict[str, Any], prefix: str) -> dict[str, float]:
     """The last finite value of each metric named ``prefix…``, skipping, for episode
     metrics, iterations in which no episode ended (on-policy trainers report 0 there)."""
@@ -281,16 +289,6 @@ class _Progress:
             self._bar = None
 
 
-def _state_iteration(state: Any) -> int | None:
-    it = getattr(state, "iteration", None)
-    if it is None and isinstance(state, dict):
-        it = state.get("iteration")
-    try:
-        return None if it is None else int(np.asarray(it))
-    except (TypeError, ValueError):
-        return None
-
-
 class _Compiled:
     """A trainer's jitted init, finite check and ahead-of-time compiled chunks, kept per
     trainer so that repeated `train_loop` calls (resumes, notebooks) compile once."""
@@ -327,6 +325,33 @@ def _cache(trainer: Trainer) -> _Compiled:
     return _CACHE[trainer]
 
 
+def chunk_size(num_iterations: int, iterations_per_chunk: int) -> int:
+    """The chunk size used for ``num_iterations``: ``iterations_per_chunk`` when it
+    divides them, else the largest divisor of ``num_iterations`` in
+    ``[ceil(iterations_per_chunk / 2), iterations_per_chunk]`` (one compiled program
+    instead of a second one for a remainder chunk), else ``iterations_per_chunk``."""
+    ipc = max(1, min(int(iterations_per_chunk), max(int(num_iterations), 1)))
+    if num_iterations % ipc == 0:
+        return ipc
+    for d in range(ipc, (ipc + 1) // 2 - 1, -1):
+        if d >= 1 and num_iterations % d == 0:
+            return d
+    return ipc
+
+
+def _close_all(closers: list[Callable[[], Any]], failing: bool) -> None:
+    """Runs every closer; while an exception propagates, their own errors are dropped
+    (the first error is the one to report), else the first one is raised."""
+    first = None
+    for close in closers:
+        try:
+            close()
+        except Exception as e:
+            first = first or e
+    if first is not None and not failing:
+        raise first
+
+
 # ----------------------------------------------------------------------------------------
 def train_loop(
     trainer: Trainer,
@@ -349,12 +374,13 @@ def train_loop(
       trainer: the `Trainer` (``init``, ``update``, ``chunk``, ``num_iterations``).
       key_or_seed: a PRNG key, or an int seed (made into a raw ``uint32[2]`` key).
       workdir: the run folder, or ``None`` for no logs and no checkpoints.
-      iterations_per_chunk: iterations per compiled chunk (``K``; host work between).
+      iterations_per_chunk: iterations per compiled chunk (``K``; host work between);
+        see `chunk_size` for a ``K`` that does not divide the iterations.
       checkpoint_every_chunks: save every this many chunks (counted from iteration 0);
         the final state is always saved.
       keep_checkpoints: how many checkpoints to keep.
-      resume: continue from the latest checkpoint in ``workdir/checkpoints`` if any.
-        With ``resume=False`` an existing checkpoint is an error (use a fresh workdir).
+      resume: continue from the newest checkpoint in ``workdir/checkpoints`` that
+        restores and verifies. With ``resume=False`` an existing checkpoint is an error.
       progress: show a rich progress bar.
       logger: a `MetricsLogger`; default one on ``workdir`` (process 0 only).
       on_chunk: called with a `ChunkInfo` after each chunk; a truthy return stops
@@ -363,13 +389,21 @@ def train_loop(
         ``trainer.config`` without its ``run`` section) to match.
       metadata: extra JSON-able entries for every checkpoint's metadata.
 
+    Process 0 holds ``workdir``'s `jaxdrive.runlock.RunLock` throughout. Nothing in
+    ``workdir`` changes before the checkpoint checks pass; then ``metrics.jsonl`` and
+    TensorBoard are reconciled with the restored iteration
+    (`jaxdrive.logging.MetricsLogger.reconcile`, which logs what it moved).
+
     Returns:
       ``(runner_state, history)``: the final runner state and a `History`.
 
     Raises:
       TrainingDivergedError: a checked metric (losses, grad norms) or a float leaf of the
         runner state is NaN/Inf after a chunk; nothing of that chunk is checkpointed.
-      ValueError: bad arguments, or a checkpoint from another config / past the end.
+      ValueError: bad arguments, or a checkpoint from another config / past the end
+        (`jaxdrive.checkpoint.CheckpointError` when no checkpoint restores).
+      jaxdrive.runlock.RunLockedError: another process holds ``workdir``.
+      OSError: a file of the run folder cannot be written (named in the message).
     """
     if not isinstance(trainer, Trainer):
         raise ValueError(f"trainer must be a jaxdrive.training.Trainer, got {type(trainer)}")
@@ -380,137 +414,59 @@ def train_loop(
     key = _as_key(key_or_seed)
     t_start = time.perf_counter()
     primary = jax.process_index() == 0
-    chash = config_hash(trainer.config)
+    chash = config_hash(plain_config(trainer.config))
+    if total and chunk_size(total, ipc) != ipc:
+        log.info(
+            "chunks of %d iterations instead of %d: %d divides the %d iterations "
+            "(one compiled program, no remainder chunk)",
+            chunk_size(total, ipc), ipc, chunk_size(total, ipc), total,
+        )  # fmt: skip
+        ipc = chunk_size(total, ipc)
 
-    own_logger = False
-    if logger is None and workdir is not None:
-        logger = MetricsLogger(workdir, enabled=primary)
-        own_logger = True
+    closers: list[Callable[[], Any]] = []
     ckpt = None
     if workdir is not None:
-        ckpt = Checkpointer(os.path.join(os.fspath(workdir), CHECKPOINT_DIR), max_to_keep=keep)
-
-    bar = None
+        workdir = os.fspath(workdir)
+        if os.path.exists(workdir) and not os.path.isdir(workdir):
+            raise ValueError(f"{workdir}: the run folder is a file, not a folder")
+        if primary:
+            os.makedirs(workdir, exist_ok=True)
+            lock = RunLock(workdir).acquire()
+            closers.append(lock.release)
+    failing = True
     try:
+        if workdir is not None:
+            resume_point(workdir, chash, total, resume=resume, check_config=check_config)
+            ckpt = Checkpointer(os.path.join(workdir, CHECKPOINT_DIR), max_to_keep=keep)
+            closers.insert(0, ckpt.close)
+            if logger is None:
+                logger = MetricsLogger(workdir, enabled=primary)
+                closers.insert(0, logger.close)
+        elif logger is not None:
+            closers.insert(0, logger.flush)
         cache = _cache(trainer)
         state = cache.init(key)
         start, start_steps, elapsed_before, resumed_from = 0, 0, 0.0, None
-        latest = ckpt.latest_step() if ckpt is not None else None
-        if latest is not None and not resume:
-            raise ValueError(
-                f"{ckpt.directory} already holds checkpoints (latest: iteration {latest}); "
-                "pass resume=True to continue that run, or use a fresh workdir"
+        if ckpt is not None and ckpt.all_steps():
+            state, meta, resumed_from = restore_run(
+                state, ckpt, chash, total, check_config, primary
             )
-        if latest is not None:
-            meta = ckpt.restore_metadata(latest)
-            if check_config and chash and meta.get("config_hash") not in (None, chash):
-                raise ValueError(
-                    f"the checkpoint in {ckpt.directory} was written with another config "
-                    f"(hash {meta.get('config_hash')} != {chash}); use a fresh workdir or "
-                    "allow the change explicitly (check_config=False)"
-                )
-            if int(meta["iteration"]) > total:
-                raise ValueError(
-                    f"the checkpoint in {ckpt.directory} is at iteration {meta['iteration']}, "
-                    f"past this trainer's num_iterations={total}"
-                )
-            state, meta = ckpt.restore(state, latest)
             start = int(meta["iteration"])
-            got = _state_iteration(state)
-            if got is not None and got != start:
-                raise ValueError(
-                    f"checkpoint {latest}: metadata says iteration {start} but the runner "
-                    f"state's iteration is {got}"
-                )
             elapsed_before = float(meta.get("elapsed") or 0.0)
             start_steps = int(meta.get("env_steps", 0))
-            resumed_from = latest
-            if logger is not None:
-                logger.truncate(start, start_steps)
             log.info("resumed from %s at iteration %d", ckpt.directory, start)
-
-        leaf_names, _ = _float_leaves(jax.eval_shape(lambda s: s, state))
-        compile_seconds = train_seconds = 0.0
-        hist: list[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]] = []
-        bar = _Progress(progress and primary, total, start)
-        it, prev_steps = start, start_steps
-        while it < total:
-            end = min((it // ipc + 1) * ipc, total)
-            k = end - it
-            tc = time.perf_counter()
-            executable, fresh = cache.executable(state, k)
-            if fresh:
-                compile_seconds += time.perf_counter() - tc
-            tc = time.perf_counter()
-            state, metrics = executable(state)
-            metrics, flags = jax.device_get((metrics, cache.finite(state)))  # one transfer
-            secs = time.perf_counter() - tc
-            train_seconds += secs
-
-            metrics = {name: np.asarray(v) for name, v in metrics.items()}
-            iterations = np.arange(it + 1, end + 1, dtype=np.int64)
-            if trainer.env_steps_per_iteration:  # exact ints (the metric is float32)
-                env_steps = iterations * int(trainer.env_steps_per_iteration)
-            elif "env_steps" in metrics:
-                env_steps = np.asarray(metrics["env_steps"], np.float64).astype(np.int64)
-            else:
-                env_steps = np.zeros_like(iterations)
-            elapsed = elapsed_before + time.perf_counter() - t_start
-            if logger is not None:
-                logger.log_chunk(iterations, env_steps, metrics, elapsed=elapsed)
-            hist.append((iterations, env_steps, metrics))
-
-            _check_metrics(metrics, iterations)
-            bad = [n for n, ok in zip(leaf_names, np.asarray(flags), strict=True) if not ok]
-            if bad:
-                raise TrainingDivergedError(
-                    f"non-finite values (NaN/Inf) in the runner state at {bad[0]} after "
-                    f"iteration {end} (chunk of iterations {it + 1}-{end})"
-                    + (f"; also in {len(bad) - 1} other leaves" if len(bad) > 1 else ""),
-                    end,
-                    bad[0],
-                )
-
-            latest_ret = _latest_returns(metrics)
-            rate = (int(env_steps[-1]) - prev_steps) / secs if secs > 0 else float("nan")
-            prev_steps = int(env_steps[-1])
-            bar.update(end, prev_steps, rate, _returns_text(latest_ret))
-            log.info(
-                "iteration %d/%d  env steps %s  %s",
-                end,
-                total,
-                _rate(int(env_steps[-1])),
-                _returns_text(latest_ret),
-            )
-            stop = False
-            if on_chunk is not None:
-                info = ChunkInfo(it, end, iterations, env_steps, metrics, state, secs)
-                stop = bool(on_chunk(info))
-            if ckpt is not None and ((end // ipc) % every == 0 or end == total or stop):
-                meta = {
-                    "iteration": end,
-                    "env_steps": int(env_steps[-1]),
-                    "elapsed": elapsed_before + time.perf_counter() - t_start,
-                    "num_iterations": total,
-                    "config_hash": chash,
-                    "wall_time": time.time(),
-                    **(metadata or {}),
-                }
-                ckpt.save(end, state, meta)
-            it = end
-            if stop:
-                log.info("stopped by on_chunk after iteration %d", end)
-                break
+        if logger is not None and workdir is not None:
+            note = logger.reconcile(start, start_steps).message(logger.path)
+            if note:
+                log.warning("%s", note)
+        state, hist, times = _run_chunks(
+            trainer, cache, state, start, start_steps, elapsed_before, t_start, total, ipc,
+            every, ckpt, logger, on_chunk, progress and primary, closers,
+            {"num_iterations": total, "config_hash": chash, **(metadata or {})},
+        )  # fmt: skip
+        failing = False
     finally:
-        if bar is not None:
-            bar.stop()
-        if logger is not None:
-            if own_logger:
-                logger.close()
-            else:
-                logger.flush()
-        if ckpt is not None:
-            ckpt.close()
+        _close_all(closers, failing)
 
     def cat(i):
         return np.concatenate([h[i] for h in hist]) if hist else np.zeros((0,), np.int64)
@@ -524,8 +480,85 @@ def train_loop(
         num_iterations=total,
         start_env_steps=start_steps,
         resumed_from=resumed_from,
-        compile_seconds=compile_seconds,
-        train_seconds=train_seconds,
+        compile_seconds=times[0],
+        train_seconds=times[1],
         total_seconds=time.perf_counter() - t_start,
     )
     return state, history
+
+
+def _run_chunks(
+    trainer, cache, state, start, start_steps, elapsed_before, t_start, total, ipc, every,
+    ckpt, logger, on_chunk, progress, closers, ckpt_meta,
+):  # fmt: skip
+    """The chunk loop of `train_loop`: ``(state, [(iterations, env_steps, metrics)],
+    (compile_seconds, train_seconds))``."""
+    leaf_names, _ = _float_leaves(jax.eval_shape(lambda s: s, state))
+    compile_seconds = train_seconds = 0.0
+    hist: list[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]] = []
+    bar = _Progress(progress, total, start)
+    closers.insert(0, bar.stop)
+    it, prev_steps = start, start_steps
+    while it < total:
+        end = min((it // ipc + 1) * ipc, total)
+        k = end - it
+        tc = time.perf_counter()
+        executable, fresh = cache.executable(state, k)
+        if fresh:
+            compile_seconds += time.perf_counter() - tc
+        tc = time.perf_counter()
+        state, metrics = executable(state)
+        metrics, flags = jax.device_get((metrics, cache.finite(state)))  # one transfer
+        secs = time.perf_counter() - tc
+        train_seconds += secs
+
+        metrics = {name: np.asarray(v) for name, v in metrics.items()}
+        iterations = np.arange(it + 1, end + 1, dtype=np.int64)
+        if trainer.env_steps_per_iteration:  # exact ints (the metric is float32)
+            env_steps = iterations * int(trainer.env_steps_per_iteration)
+        elif "env_steps" in metrics:
+            env_steps = np.asarray(metrics["env_steps"], np.float64).astype(np.int64)
+        else:
+            env_steps = np.zeros_like(iterations)
+        elapsed = elapsed_before + time.perf_counter() - t_start
+        if logger is not None:
+            logger.log_chunk(iterations, env_steps, metrics, elapsed=elapsed)
+        hist.append((iterations, env_steps, metrics))
+
+        _check_metrics(metrics, iterations)
+        bad = [n for n, ok in zip(leaf_names, np.asarray(flags), strict=True) if not ok]
+        if bad:
+            raise TrainingDivergedError(
+                f"non-finite values (NaN/Inf) in the runner state at {bad[0]} after "
+                f"iteration {end} (chunk of iterations {it + 1}-{end})"
+                + (f"; also in {len(bad) - 1} other leaves" if len(bad) > 1 else ""),
+                end,
+                bad[0],
+            )
+
+        latest_ret = _latest_returns(metrics)
+        rate = (int(env_steps[-1]) - prev_steps) / secs if secs > 0 else float("nan")
+        prev_steps = int(env_steps[-1])
+        bar.update(end, prev_steps, rate, _returns_text(latest_ret))
+        log.info(
+            "iteration %d/%d  env steps %s  %s",
+            end, total, _rate(int(env_steps[-1])), _returns_text(latest_ret),
+        )  # fmt: skip
+        stop = False
+        if on_chunk is not None:
+            info = ChunkInfo(it, end, iterations, env_steps, metrics, state, secs)
+            stop = bool(on_chunk(info))
+        if ckpt is not None and ((end // ipc) % every == 0 or end == total or stop):
+            meta = {
+                "iteration": end,
+                "env_steps": int(env_steps[-1]),
+                "elapsed": elapsed_before + time.perf_counter() - t_start,
+                "wall_time": time.time(),
+                **ckpt_meta,
+            }
+            ckpt.save(end, state, meta)
+        it = end
+        if stop:
+            log.info("stopped by on_chunk after iteration %d", end)
+            break
+    return state, hist, (compile_seconds, train_seconds)

@@ -202,7 +202,7 @@ def test_exact_resume_after_crash_and_stop(tmp_path):
     assert [r["iteration"] for r in b] == list(range(1, 11))
     assert [r["metrics"] for r in a] == [r["metrics"] for r in b]
     tb = read_tb_scalars(os.path.join(wd, "tb"))
-    assert sorted({s for s, _ in tb["loss/total"]}) == [8 * i for i in range(1, 11)]
+    assert sorted(s for s, _ in tb["loss/total"]) == [8 * i for i in range(1, 11)]  # once each
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
@@ -267,46 +267,159 @@ def test_bad_arguments(tmp_path):
     assert h.resumed_from == 4
 
 
-def test_metrics_logger_truncate_and_plots(tmp_path):
+def _iters(wd) -> list[int]:
+    return [r["iteration"] for r in read_metrics(wd)]
+
+
+def test_metrics_logger_reconcile_and_plots(tmp_path):
+    """`reconcile(n)` leaves exactly one record per iteration 1..n: later records,
+    repeated copies and torn lines go to ``metrics.jsonl.discarded-<k>``; a gap is
+    reported, never silent."""
     wd = str(tmp_path)
+    path = os.path.join(wd, "metrics.jsonl")
     with MetricsLogger(wd, tensorboard=False) as lg:
         for i in range(1, 6):
             lg.log(i, 10 * i, {"loss/a": 1.0 / i, "episode_return/g": float("inf")}, elapsed=i)
-    with open(os.path.join(wd, "metrics.jsonl"), "a") as f:
+    with open(path, "a") as f:
         f.write('{"iteration": 6, "env_st')  # a line cut by a crash
     lg = MetricsLogger(wd, tensorboard=False)
-    assert lg.truncate(3) == 3
+    rep = lg.reconcile(3)
     lg.close()
+    assert (rep.kept, rep.discarded, rep.torn, rep.missing) == (3, 3, 1, [])
+    assert rep.aside == path + ".discarded-1" and "moved 3 record(s) (1 unreadable)" in (
+        rep.message(path) or ""
+    )
+    assert [json.loads(x)["iteration"] for x in open(rep.aside).readlines()[:2]] == [4, 5]
     recs = read_metrics(wd)
     assert [r["iteration"] for r in recs] == [1, 2, 3]
     assert recs[1]["metrics"] == {"loss/a": 0.5, "episode_return/g": None}
-    assert json.loads(open(os.path.join(wd, "metrics.jsonl")).readline())["elapsed"] == 1.0
+    assert json.loads(open(path).readline())["elapsed"] == 1.0
+    assert lg.reconcile(3).message(path) is None  # already in agreement: untouched
     assert [os.path.basename(p) for p in plot_curves(wd)] == ["returns.png", "losses.png"]
     assert plot_curves(tmp_path / "empty") == []
     off = MetricsLogger(tmp_path / "off", enabled=False)
     off.log(1, 1, {"x": 1.0})
     assert not os.path.exists(tmp_path / "off")
 
+    # a re-run after a divergence at iteration 1 left [1, 2, 1, 2]; no checkpoint: all go
+    lines = open(path).readlines()
+    open(path, "w").writelines(lines[:2] + lines[:2])
+    rep = MetricsLogger(wd, tensorboard=False).reconcile(0)
+    assert (rep.kept, rep.discarded) == (0, 4) and rep.aside.endswith(".discarded-2")
+    assert _iters(wd) == []
+    # duplicates below the checkpoint keep one copy; a gap is reported
+    open(path, "w").writelines(lines[:2] + lines[:3])
+    rep = MetricsLogger(wd, tensorboard=False).reconcile(2)
+    assert (rep.kept, rep.discarded) == (2, 3) and _iters(wd) == [1, 2]
+    open(path, "w").writelines(lines[:1] + lines[2:3])
+    rep = MetricsLogger(wd, tensorboard=False).reconcile(5)
+    assert rep.missing == [2, 4, 5] and "iterations 2, 4-5 have no record" in rep.message(path)
+    # a last record without its newline (cut right before it) gets one
+    open(path, "w").write(lines[0].rstrip("\n"))
+    assert MetricsLogger(wd, tensorboard=False).reconcile(1).discarded == 0
+    assert open(path).read() == lines[0]
+    # a damaged line that is not the last one is an error naming the file and line
+    open(path, "w").writelines(["{oops\n", *lines[:1]])
+    with pytest.raises(ValueError, match=r"metrics.jsonl:1: not a JSON record"):
+        read_metrics(wd)
+
+
+def test_tensorboard_reconcile_drops_steps_past_the_checkpoint(tmp_path):
+    wd = str(tmp_path)
+    with MetricsLogger(wd) as lg:
+        for i in range(1, 5):
+            lg.log(i, 8 * i, {"loss/a": float(i)})
+    rep = MetricsLogger(wd).reconcile(2, 16)
+    assert rep.tb_moved == 1
+    assert read_tb_scalars(os.path.join(wd, "tb"))["loss/a"] == [(8, 1.0), (16, 2.0)]
+    aside = [d for d in os.listdir(wd) if d.startswith("tb.discarded-")]
+    assert aside == ["tb.discarded-1"]
+    assert len(read_tb_scalars(os.path.join(wd, aside[0]))["loss/a"]) == 4
+    assert MetricsLogger(wd).reconcile(2, 16).tb_moved == 0
+    MetricsLogger(wd).reconcile(0, 0)  # no checkpoint: no scalar survives
+    assert not [f for f in os.listdir(os.path.join(wd, "tb")) if "tfevents" in f]
+
 
 def test_episode_metrics_skip_iterations_without_finished_episodes(tmp_path):
-    """On-policy trainers report 0 for returns where no episode ended: the progress
-    text, the summary's latest value and the plotted curve skip those iterations."""
+    """On-policy trainers report 0 for returns where no episode ended: those iterations
+    have no episode metrics in metrics.jsonl and TensorBoard, and the progress text, the
+    summary's latest value and the plotted curve skip them (one rule)."""
     from jaxdrive.logging import _series
     from jaxdrive.loop import _latest_values
 
     metrics = {
         "episodes_done": np.array([2.0, 0.0, 3.0, 0.0]),
         "episode_return/g": np.array([5.0, 0.0, 7.0, 0.0]),
+        "episode_length": np.array([9.0, 0.0, 8.0, 0.0]),
         "loss/a": np.array([1.0, 2.0, 3.0, 4.0]),
     }
     assert _latest_values(metrics, "episode_return") == {"episode_return/g": 7.0}
     assert _latest_values(metrics, "loss") == {"loss/a": 4.0}
     wd = str(tmp_path)
-    with MetricsLogger(wd, tensorboard=False) as lg:
-        for i in range(4):
-            lg.log(i + 1, 10 * (i + 1), {k: float(v[i]) for k, v in metrics.items()})
-    x, y = _series(read_metrics(wd), "episode_return/g")
+    with MetricsLogger(wd) as lg:
+        lg.log_chunk(np.arange(1, 5), 10 * np.arange(1, 5), metrics)
+    recs = read_metrics(wd)
+    assert [sorted(r["metrics"]) for r in recs[:2]] == [
+        ["episode_length", "episode_return/g", "episodes_done", "loss/a"],
+        ["episodes_done", "loss/a"],
+    ]
+    tb = read_tb_scalars(os.path.join(wd, "tb"))
+    assert tb["episode_return/g"] == [(10, 5.0), (30, 7.0)] and len(tb["loss/a"]) == 4
+    x, y = _series(recs, "episode_return/g")
     np.testing.assert_array_equal(x, [10.0, 30.0])
     np.testing.assert_array_equal(y, [5.0, 7.0])
-    x, _ = _series(read_metrics(wd), "loss/a")
+    x, _ = _series(recs, "loss/a")
     assert x.size == 4
+    # files written before the rule (0.0 where no episode ended) plot the same curve
+    old = [{**r, "metrics": {**r["metrics"], "episode_return/g": 0.0}} for r in recs]
+    old[0]["metrics"]["episode_return/g"], old[2]["metrics"]["episode_return/g"] = 5.0, 7.0
+    np.testing.assert_array_equal(_series(old, "episode_return/g")[1], [5.0, 7.0])
+
+
+def test_chunk_size_avoids_a_remainder_program(tmp_path):
+    """A chunk size that does not divide the iterations is lowered to a divisor down to
+    half of it (one compiled program); with no such divisor the remainder chunk stays."""
+    from jaxdrive.loop import chunk_size
+
+    assert [chunk_size(n, 10) for n in (300, 192, 97, 7, 0)] == [10, 8, 10, 7, 1]
+    assert chunk_size(10, 4) == 2 and chunk_size(7, 3) == 3 and chunk_size(12, 5) == 4
+    traces: list = []
+    _, hist = train_loop(make_toy(9, traces=traces), 0, None, iterations_per_chunk=4,
+                         progress=False)  # fmt: skip
+    assert len(traces) == 1 and list(hist.iteration) == list(range(1, 10))  # chunks of 3
+
+
+def test_run_lock_is_exclusive_reentrant_and_released(tmp_path):
+    """A second open of the lock (as another process would do) is refused, naming the
+    holder's pid; this process re-enters it; after release a new holder takes it without
+    a take-over message; a record left by a holder that never released is reported."""
+    import fcntl
+    import socket
+
+    from jaxdrive.runlock import RunLock, RunLockedError, read_holder
+
+    wd = str(tmp_path)
+    with RunLock(wd) as lock:
+        assert read_holder(wd)["pid"] == os.getpid() and lock.taken_over is None
+        with RunLock(wd):  # re-entered by train_loop inside experiments.train
+            pass
+        fd = os.open(lock.path, os.O_RDWR)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # still held after the inner exit
+        os.close(fd)
+    assert read_holder(wd)["released"] is True
+    with open(os.path.join(wd, "run.lock"), "w") as f:  # a holder killed with -9
+        json.dump({"pid": 999999, "host": socket.gethostname(), "started": 0.0}, f)
+    with RunLock(wd) as lock:
+        assert lock.taken_over["pid"] == 999999
+    # the refusal message (a live holder is simulated by a separate descriptor)
+    fd = os.open(os.path.join(wd, "run.lock"), os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    with open(os.path.join(wd, "run.lock"), "w") as f:
+        json.dump({"pid": 4242, "host": "h", "started": 0.0}, f)
+    from jaxdrive import runlock
+
+    runlock._HELD.clear()
+    with pytest.raises(RunLockedError, match=r"is in use by pid 4242 on host h"):
+        RunLock(wd).acquire()
+    os.close(fd)

@@ -19,7 +19,7 @@ pytest.importorskip("algorithms.ppo.train")
 tag_config = pytest.importorskip("experiments.configs.tag_gridworld")
 
 from experiments import common, evaluate, train  # noqa: E402
-from jaxdrive.checkpoint import config_to_dict  # noqa: E402
+from experiments.common import config_to_dict  # noqa: E402
 from jaxdrive.logging import read_metrics  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -48,6 +48,18 @@ def test_train_evaluate_resume_cli(tmp_path):
     check_cli(wd)
 
 
+def snapshot(wd) -> dict[str, tuple[int, int]]:
+    """``{relative path: (size, mtime_ns)}`` of every file but the lock file."""
+    out = {}
+    for root, _, files in os.walk(wd):
+        for f in files:
+            p = os.path.join(root, f)
+            if f != "run.lock":
+                st = os.stat(p)
+                out[os.path.relpath(p, wd)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
 def check_run_folder(wd, config, summary):
     names = set(os.listdir(wd))
     assert {"config.json", "metrics.jsonl", "tb", "checkpoints", "summary.json"} <= names
@@ -68,6 +80,10 @@ def check_run_folder(wd, config, summary):
     assert summary["iterations"] == 4 and summary["env_steps"] == 128
     assert summary["session_env_steps"] == 128 and summary["compile_seconds"] > 0
     ended = [r for r in recs if r["metrics"]["episodes_done"] > 0]  # returns mean something
+    assert all(
+        ("episode_return/tagger" in r["metrics"]) == (r["metrics"]["episodes_done"] > 0)
+        for r in recs
+    )  # no return recorded where no episode ended
     assert ended and (
         summary["final_returns"]["episode_return/tagger"]
         == ended[-1]["metrics"]["episode_return/tagger"]
@@ -83,12 +99,12 @@ def check_resume_and_config_checks(wd, config, tmp_path):
     changed.algo.gamma = 0.5
     with pytest.raises(ValueError, match=r"different config:\n  algo.gamma: 0.98 -> 0.5"):
         train.run(changed, copy, progress=False)
-    with pytest.raises(ValueError, match="holds a run .* pass --resume"):
+    with pytest.raises(ValueError, match="already holds checkpoints .* resume that run"):
         train.run(config, copy, resume=False, progress=False)
+    # a finished run has nothing to train with a changed config: its files stay
     out = train.run(changed, copy, progress=False, allow_config_change=True, animation=False)
-    assert out["resumed_from"] == 4
-    assert common.load_config(copy).algo.gamma == 0.5
-    assert any(n.startswith("config.2") for n in os.listdir(copy))  # the old one is kept
+    assert out["finished"] and out["iterations"] == 4
+    assert common.load_config(copy).algo.gamma == 0.98
 
     with pytest.raises(ValueError, match="missing the key"):
         train.run({"env_name": "CartPole-v1"}, str(tmp_path / "x"))
@@ -148,10 +164,11 @@ def check_cli(wd):
     assert 'Did you mean "gamma"' in bad.stderr
 
     # resuming the finished run through the command line: flags reach `run`
+    before = snapshot(wd)
     ok = cli("experiments.train", f"--config={cfg}", f"--workdir={wd}", "--noprogress")
     assert ok.returncode == 0, ok.stderr[-2000:]
-    assert "iterations   4/4" in ok.stdout and "(resumed from 4)" in ok.stdout
-    assert [r["iteration"] for r in read_metrics(wd)] == [1, 2, 3, 4]  # nothing re-run
+    assert "this run is finished (4/4 iterations); nothing to do" in ok.stdout
+    assert snapshot(wd) == before  # no file touched (summary, plots, metrics, config)
     other_seed = cli("experiments.train", f"--config={cfg}", f"--workdir={wd}", "--seed=5")
     assert other_seed.returncode == 2 and "seed: 20 -> 5" in other_seed.stderr
 
@@ -169,3 +186,30 @@ def check_cli(wd):
     assert saved["episodes"] == 2 and not saved["deterministic"] and saved["animation"] == gif
     missing = cli("experiments.evaluate", f"--workdir={wd}/nope")
     assert missing.returncode == 2 and "no config.json" in missing.stderr
+
+
+def test_makefile_run_folder_and_setup_stamp():
+    """`make train` keeps one run folder per TRAIN_ARGS/JAX_EXTRA (the plain command
+    resumes runs/tag, other arguments get their own folder) and the setup stamp names
+    JAX_EXTRA, so a changed JAX_EXTRA reinstalls (dry runs: nothing is executed)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+
+    def dry(*args):
+        out = subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    plain = dry("train", "VENV=/nonexistent-venv")
+    assert "--workdir=runs/tag " in plain
+    other = dry("train", "VENV=/nonexistent-venv", "TRAIN_ARGS=--config.num_envs=8")
+    again = dry("train", "VENV=/nonexistent-venv", "TRAIN_ARGS=--config.num_envs=8")
+    assert other == again and "--workdir=runs/tag-" in other
+    assert "--workdir=runs/tag-" in dry("train", "VENV=/x", "TRAIN_ARGS=--config.num_envs='1'")
+
+    def stamp(extra):
+        lines = dry("setup", "VENV=/x", f"JAX_EXTRA={extra}").splitlines()
+        return [ln for ln in lines if ln.startswith("touch /x/.installed-")]
+
+    stamps = {extra: stamp(extra) for extra in ("", "jax[cuda12]")}
+    assert stamps[""] and stamps["jax[cuda12]"] and stamps[""] != stamps["jax[cuda12]"]
