@@ -33,18 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-try:
-    from algorithms.common.config import config_to_dict
-except ImportError:  # until the move of `config_to_dict` lands: the same function
-
-    def config_to_dict(config: Any) -> Any:
-        """A JSON-compatible plain copy of ``config`` (ConfigDict, dict or scalar)."""
-        if config is None:
-            return None
-        if hasattr(config, "to_dict"):
-            config = config.to_dict()
-        return json.loads(json.dumps(config, sort_keys=True, default=str))
-
+from algorithms.common.config import RUN_DEFAULTS, config_to_dict
 
 __all__ = [
     "CONFIG_FILE",
@@ -201,18 +190,6 @@ def default_workdir(config: Any, root: str = "runs") -> str:
     return os.path.join(root, f"{config['env_name']}-{stamp}")
 
 
-_RUN_DEFAULTS = {
-    "iterations_per_chunk": 10,
-    "checkpoint_every_chunks": 10,
-    "keep_checkpoints": 3,
-    "eval_every_chunks": 0,
-    "eval_num_envs": 16,
-    "eval_deterministic": True,
-    "animate": None,
-    "animation_steps": 200,
-}
-
-
 def run_settings(config: Any) -> dict[str, Any]:
     """``config.run`` (``iterations_per_chunk``, ``checkpoint_every_chunks``,
     ``keep_checkpoints``, ``eval_every_chunks``, ``eval_num_envs``,
@@ -220,7 +197,7 @@ def run_settings(config: Any) -> dict[str, Any]:
     run = config_to_dict(config["run"]) if config.get("run") else {}
     if not isinstance(run, dict):
         raise ValueError(f"config.run must be a dict of host-loop settings, got {run!r}")
-    return {**_RUN_DEFAULTS, **run}
+    return {**RUN_DEFAULTS, **run}
 
 
 def build(config: Any) -> tuple[Any, Any, Any]:

@@ -122,7 +122,6 @@ print("JAX on", jax.devices())
 
     records = read_metrics(workdir)
     steps = np.array([r["env_steps"] for r in records])
-    ended = np.array([r["metrics"]["episodes_done"] > 0 for r in records])
     panels = [
         ("episode_return/{}", "return per agent"),
         ("loss/{}/value", "value loss"),
@@ -131,8 +130,9 @@ print("JAX on", jax.devices())
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.5))
     for ax, (name, title) in zip(axes, panels, strict=True):
         for g in env.groups:
-            values = np.array([r["metrics"][name.format(g)] for r in records], dtype=float)
-            keep = ended if name.startswith("episode") else np.ones_like(ended)
+            # iterations in which no episode ended record no episode_return: skipped
+            values = np.array([r["metrics"].get(name.format(g), np.nan) for r in records])
+            keep = np.isfinite(values)
             ax.plot(steps[keep], values[keep], label=g)
         ax.set_title(title)
         ax.set_xlabel("env steps")

@@ -18,8 +18,8 @@ import pytest
 pytest.importorskip("algorithms.ppo.train")
 tag_config = pytest.importorskip("experiments.configs.tag_gridworld")
 
+from algorithms.common.config import config_to_dict  # noqa: E402
 from experiments import common, evaluate, train  # noqa: E402
-from experiments.common import config_to_dict  # noqa: E402
 from jaxdrive.logging import read_metrics  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
