@@ -124,7 +124,14 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pl_triton
 
-from environments.tag_continuous.full_obs import _div_rn
+from environments.tag_continuous.kernels.triton import INF as _INF
+from environments.tag_continuous.kernels.triton import any_lane as _any
+from environments.tag_continuous.kernels.triton import check_block as _check_block
+from environments.tag_continuous.kernels.triton import compiler_params as _compiler_params
+from environments.tag_continuous.kernels.triton import div_rn as _div_rn
+from environments.tag_continuous.kernels.triton import next_pow2 as _next_pow2
+from environments.tag_continuous.kernels.triton import resolve_interpret as _resolve_interpret
+from environments.tag_continuous.kernels.triton import round_up as _round_up
 
 __all__ = [
     "BRUTE_UNROLL",
@@ -171,34 +178,6 @@ __all__ = [
     "sorted_search_stats",
     "spatial_order",
 ]
-
-_INF = float("inf")
-
-
-def _next_pow2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
-
-
-def _round_up(n: int, m: int) -> int:
-    return -(-n // m) * m
-
-
-def _resolve_interpret(interpret: bool | None) -> bool:
-    return jax.default_backend() == "cpu" if interpret is None else bool(interpret)
-
-
-def _check_block(name: str, value: int) -> int:
-    value = int(value)
-    if value < 1 or value & (value - 1):
-        raise ValueError(f"{name} must be a power of two >= 1 (Triton tiles), got {value}")
-    return value
-
-
-def _compiler_params(num_warps: int | None, num_stages: int | None, rows: int):
-    if num_warps is None:
-        num_warps = max(1, min(4, rows // 32))
-    return pl_triton.CompilerParams(num_warps=int(num_warps), num_stages=num_stages)
-
 
 # ------------------------------------------------------------------------------ nearest_k
 def _nearest_k_kernel(
@@ -518,11 +497,6 @@ def _insert_pair(ld, lj, d, j, lex: bool):
             nj.append(jnp.where(before, lj[s - 1], jnp.where(here, j, lj[s])))
         before = here
     return tuple(nd), tuple(nj)
-
-
-def _any(mask) -> jax.Array:
-    """Scalar bool: some lane of ``mask [BM]`` is set."""
-    return jnp.max(jnp.where(mask, 1, 0)) > 0
 
 
 #: How the searches store their lists (`_store_lists`): ``"lanes"``, one store per slot,
