@@ -20,13 +20,12 @@ import pytest
 
 from environments.tag_continuous import (
     full_obs,
-    grid_knn,
-    kernels,
     knn_obs,
     step_kernel,
     vector_step,
 )
 from environments.tag_continuous.env import action_values
+from environments.tag_continuous.kernels import search
 
 N, T, R = 3, 4, 40
 M = T + R
@@ -39,81 +38,12 @@ def _lowered_triton_calls(fn, *args) -> int:
     return text.count("__gpu$xla.gpu.triton")
 
 
-#: Triton calls of one sorted search: the preparation kernel (`kernels.PREP_IMPL`) and
-#: the search.
-SORTED_CALLS = 2
-
-
 def _positions(seed: int = 0) -> tuple[jax.Array, jax.Array, jax.Array]:
     k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
     x = jax.random.uniform(k1, (N, M)) * 10
     y = jax.random.uniform(k2, (N, M)) * 10
     g = jax.random.uniform(k3, (N, M)) < 0.9
     return x, y, g
-
-
-@pytest.mark.parametrize("method", ["brute", "sorted"])
-def test_nearest_k_lowers_to_triton(method: str) -> None:
-    x, y, g = _positions()
-    fn = lambda x, y, g: kernels.nearest_k_batched(x, y, g, K, method=method, interpret=False)
-    assert _lowered_triton_calls(fn, x, y, g) == (SORTED_CALLS if method == "sorted" else 1)
-
-
-@pytest.mark.parametrize("queries", grid_knn.GRID_QUERIES)
-@pytest.mark.parametrize("u", [1, 2])
-def test_grid_search_lowers_to_triton(queries: str, u: int) -> None:
-    """The grid search: its preparation and its search kernel (both unroll forms)."""
-    x, y, g = _positions()
-    fn = lambda x, y, g: grid_knn.nearest_k_grid_batched(
-        x, y, g, K, queries=queries, block_cols=u, interpret=False
-    )
-    assert _lowered_triton_calls(fn, x, y, g) == 2
-    stats = lambda x, y, g: grid_knn.grid_search_stats(x, y, g, K, block_cols=u, interpret=False)
-    assert _lowered_triton_calls(stats, x, y, g) == 2
-
-
-@pytest.mark.parametrize("method", ["brute", "sorted", "grid"])
-def test_lane_list_stores_lower_to_triton(monkeypatch, method: str) -> None:
-    """`kernels.LIST_STORE` ``"lanes"`` (the default's tile store lowers in the tests
-    above): each search's lists as one store per slot."""
-    monkeypatch.setattr(kernels, "LIST_STORE", "lanes")
-    x, y, g = _positions()
-    if method == "grid":
-        fn = lambda x, y, g: grid_knn.nearest_k_grid_batched(x, y, g, K, interpret=False)
-        calls = 2
-    else:
-        fn = lambda x, y, g: kernels.nearest_k_batched(x, y, g, K, method=method, interpret=False)
-        calls = SORTED_CALLS if method == "sorted" else 1
-    assert _lowered_triton_calls(fn, x, y, g) == calls
-
-
-def test_grid_row_segments_lower_to_triton(monkeypatch) -> None:
-    """The grid search with `grid_knn.GRID_LANE_ROWS` off (phase 1 row by row), the
-    preparation's cell starts from the runs of equal keys (`GRID_PREP_CELL_STARTS`) and
-    the interleaved positions (`GRID_XY_INTERLEAVED`)."""
-    monkeypatch.setattr(grid_knn, "GRID_LANE_ROWS", False)
-    monkeypatch.setattr(grid_knn, "GRID_PREP_CELL_STARTS", "runs")
-    monkeypatch.setattr(grid_knn, "GRID_XY_INTERLEAVED", True)
-    x, y, g = _positions()
-    fn = lambda x, y, g: grid_knn.nearest_k_grid_batched(x, y, g, K, interpret=False)
-    assert _lowered_triton_calls(fn, x, y, g) == 2
-
-
-@pytest.mark.parametrize("order", ["curve", "best", "keyed"])
-def test_sorted_chunk_orders_lower_to_triton(order: str) -> None:
-    x, y, g = _positions()
-    fn = lambda x, y, g: kernels.nearest_k_sorted_batched(
-        x, y, g, K, chunk_order=order, interpret=False
-    )
-    assert _lowered_triton_calls(fn, x, y, g) == SORTED_CALLS
-
-
-def test_nearest_tagger_lowers_to_triton() -> None:
-    x, y, _ = _positions()
-    fn = lambda x, y: kernels.nearest_tagger_batched(
-        x[:, T:], y[:, T:], x[:, :T], y[:, :T], interpret=False
-    )
-    assert _lowered_triton_calls(fn, x, y) == 1
 
 
 def _feats(x, y, g) -> jax.Array:
@@ -227,7 +157,7 @@ def _lower_vector_step(tagger_ids, reset: str | None, extras: bool) -> None:
     act_t = jnp.zeros((N, nt, 2), jnp.int32)
     act_r = jnp.ones((N, M - nt, 2), jnp.int32)
     u = jnp.zeros((N, 3, M), jnp.float32)
-    padding = kernels.brute_padding(M, interpret=False) if extras else None
+    padding = search.brute_padding(M, interpret=False) if extras else None
 
     def fn(x, y, g):
         return vector_step.tag_vector_step(
@@ -239,36 +169,6 @@ def _lower_vector_step(tagger_ids, reset: str | None, extras: bool) -> None:
             feature_table=extras, interpret=False,
         )  # fmt: skip
 
-    assert _lowered_triton_calls(fn, x, y, g) == 1
-
-
-def test_lowering_check_sees_interpret_mode() -> None:
-    """The check is not vacuous: the same kernel in interpret mode lowers to no Triton call."""
-    x, y, g = _positions()
-    fn = lambda x, y, g: kernels.nearest_k_batched(x, y, g, K, method="brute", interpret=True)
-    assert _lowered_triton_calls(fn, x, y, g) == 0
-
-
-@pytest.mark.parametrize(("prepick", "lane_test"), [(True, False), (False, False)])
-def test_sorted_visit_loop_options_lower_to_triton(monkeypatch, prepick, lane_test) -> None:
-    monkeypatch.setattr(kernels, "SORTED_PREPICK", prepick)
-    monkeypatch.setattr(kernels, "SORTED_LANE_TEST", lane_test)
-    x, y, g = _positions()
-    fn = lambda x, y, g: kernels.nearest_k_sorted_batched(x, y, g, K, interpret=False)
-    assert _lowered_triton_calls(fn, x, y, g) == SORTED_CALLS
-
-
-def test_sorted_search_with_xla_sort_lowers_to_triton(monkeypatch) -> None:
-    monkeypatch.setattr(kernels, "PREP_SORT", "xla")
-    x, y, g = _positions()
-    fn = lambda x, y, g: kernels.nearest_k_sorted_batched(x, y, g, K, interpret=False)
-    assert _lowered_triton_calls(fn, x, y, g) == SORTED_CALLS
-
-
-def test_sorted_search_with_xla_preparation_lowers_to_triton(monkeypatch) -> None:
-    monkeypatch.setattr(kernels, "PREP_IMPL", "xla")
-    x, y, g = _positions()
-    fn = lambda x, y, g: kernels.nearest_k_sorted_batched(x, y, g, K, interpret=False)
     assert _lowered_triton_calls(fn, x, y, g) == 1
 
 
