@@ -136,10 +136,13 @@ def states():
 
 
 def test_reference_matches_numpy_brute_force(states):
-    """The plain-JAX reference against NumPy: equal where distances are exact, and a
-    differing index elsewhere only at a near-tie (a compiler may contract ``dx*dx +
-    dy*dy`` into an FMA, moving a distance by an ulp)."""
+    """The plain-JAX reference, rows in one block or several, against NumPy: equal where
+    distances are exact, and a differing index elsewhere only at a near-tie (a compiler
+    may contract ``dx*dx + dy*dy`` into an FMA, moving a distance by an ulp)."""
     x, y, g, want = states
+    blocked = jax.jit(jax.vmap(functools.partial(neighbors.nearest_k, k=K, block_rows=16)))
+    idx, valid = blocked(x, y, g)  # rows in blocks (lax.map), as for large M
+    np.testing.assert_array_equal(np.where(np.asarray(valid), np.asarray(idx), -1), want)
     for e, kind in enumerate(KINDS):
         idx, valid = np_nearest_k(x[e], y[e], g[e], K)
         np.testing.assert_array_equal(want[e] >= 0, valid, err_msg=kind)

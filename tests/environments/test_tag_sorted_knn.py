@@ -89,7 +89,8 @@ def test_pallas_preparation_equals_the_xla_one(prep):
     queries, candidates, block starts and chunk boxes; ``xo, yo`` are the positions by id."""
     x, y, g, bm, bc, inputs, (pq, xo, yo) = prep
     m = x.shape[1]
-    perm, ref = sorted_prep.sorted_inputs(x, y, g, bm, bc, perm=jnp.asarray(pq[:, :m]))
+    xla = jax.jit(sorted_prep.sorted_inputs, static_argnums=(3, 4))
+    perm, ref = xla(x, y, g, bm, bc, jnp.asarray(pq[:, :m]))
     names = ("cb", "xq", "yq", "qc", "xc", "yc", "oc", "bx0", "bx1", "by0", "by1")
     for name, got, want in zip(names, inputs, ref, strict=True):
         np.testing.assert_array_equal(got, np.asarray(want), err_msg=name)
@@ -97,8 +98,10 @@ def test_pallas_preparation_equals_the_xla_one(prep):
     np.testing.assert_array_equal(xo[:, :m], x)
     np.testing.assert_array_equal(yo[:, :m], y)
     # The XLA preparation's own order is `spatial_order`'s.
-    own, _ = sorted_prep.sorted_inputs(x, y, g, bm, bc)
-    np.testing.assert_array_equal(np.asarray(own), np.asarray(sorted_prep.spatial_order(x, y)))
+    own = jax.jit(lambda a, b, c: xla(a, b, c, bm, bc)[0])(x, y, g)
+    np.testing.assert_array_equal(
+        np.asarray(own), np.asarray(jax.jit(sorted_prep.spatial_order)(x, y))
+    )
 
 
 def radix_sort(keys: np.ndarray, radix, lo: int, nbits: int) -> tuple[np.ndarray, np.ndarray]:

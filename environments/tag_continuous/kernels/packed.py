@@ -46,7 +46,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental.pallas import triton as pl_triton
 
-from environments.tag_continuous.kernels.triton import INF, any_lane, next_pow2
+from environments.tag_continuous.kernels.triton import INF, any_lane, next_pow2, spill_index
 
 __all__ = [
     "EMPTY_KEY",
@@ -277,9 +277,8 @@ def store_lists(out_ref, agent: jax.Array, lists: tuple, k: int, m: int) -> None
     for s in range(1, k):
         tile = jnp.where(slot == s, lists[s][:, None], tile)
     ok = keep[:, None] & (slot < k)  # [BM, KP]
-    # masked elements: distinct indices past the end (interpret mode drops them)
     lane = lax.broadcasted_iota(jnp.int32, ok.shape, 0)
-    at = jnp.where(ok, agent[:, None] * k + slot, m * k + lane * kp + slot)
+    at = spill_index(ok, agent[:, None] * k + slot, m * k + lane * kp + slot)
     pl_triton.store(out_ref.at[at], tile, mask=ok)
 
 

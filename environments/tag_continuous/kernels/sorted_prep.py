@@ -35,7 +35,13 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pl_triton
 
-from environments.tag_continuous.kernels.triton import INF, div_rn, next_pow2, round_up
+from environments.tag_continuous.kernels.triton import (
+    INF,
+    div_rn,
+    next_pow2,
+    round_up,
+    spill_index,
+)
 
 __all__ = [
     "PREP_MAX_AGENTS",
@@ -275,10 +281,9 @@ def _prep_kernel(x_ref, y_ref, g_ref, *outs, m, mp, bm, bc, interpret):
     num_in = jnp.sum(gi)
     cpos = jnp.where(gs, before, num_in + p - before)
 
-    # Masked lanes (p >= MP) keep their own index past the end: interpret mode's masked
-    # scatter writes back what it read at every index, so none may share a real one.
+    # Masked lanes (p >= MP) keep their own index past the end (`spill_index`).
     def put(ref, val, at=None):
-        idx = p if at is None else jnp.where(inside, at, p)
+        idx = p if at is None else spill_index(inside, at, p)
         pl_triton.store(ref.at[idx], val, mask=inside)
 
     put(xq_ref, xs)
