@@ -7,6 +7,8 @@ Modules (this package imports none of them, so any may be imported alone):
 * `brute`, `grid` (with `grid_prep`), `sorted` (with `sorted_prep`): the three exact
   searches; `packed`: their shared per-lane lists (packed keys, merge networks, exact
   re-sort, list store).
+* `obs_writer`, `full_obs`: the observation writers; `batched_step` (with
+  `batched_step_kernel`, `threefry`): the batched env step.
 * `triton`: helpers shared by every kernel (block sizes, interpret mode, compiler
   parameters, exact division, FMA fence).
 
