@@ -237,7 +237,7 @@ def brute_lists(
             pl.BlockSpec((None, mc), lambda e, b: (e, 0)),
         ],
         out_specs=pl.BlockSpec((None, m * k), lambda e, b: (e, 0)),
-        compiler_params=compiler_params(None, None, bm),
+        compiler_params=compiler_params(bm),
         cost_estimate=pl.CostEstimate(
             flops=int(n * mq * mc * (5 + 5 * k)),
             transcendentals=0,

@@ -359,7 +359,7 @@ def sorted_lists(
         + [cand_spec] * 2,
         # The kernel writes each list at its agent's row: no un-sorting pass afterwards.
         out_specs=(pl.BlockSpec((None, m * k), lambda e, b: (e, 0)),),
-        compiler_params=compiler_params(None, None, bm),
+        compiler_params=compiler_params(bm),
         # Typical: ~15% of the pairs at ~8 + 5(k+1) simple ops.
         cost_estimate=pl.CostEstimate(
             flops=int(n * mp * mp * (13 + 5 * k) // 6),

@@ -61,14 +61,11 @@ def check_block(name: str, value: int) -> int:
     return value
 
 
-def compiler_params(
-    num_warps: int | None, num_stages: int | None, rows: int
-) -> pl_triton.CompilerParams:
-    """Triton compiler parameters (passed explicitly, so Pallas does not pick Mosaic GPU):
-    ``num_warps`` defaults to one warp per 32 lanes of ``rows``, between 1 and 4."""
-    if num_warps is None:
-        num_warps = max(1, min(4, rows // 32))
-    return pl_triton.CompilerParams(num_warps=int(num_warps), num_stages=num_stages)
+def compiler_params(rows: int) -> pl_triton.CompilerParams:
+    """Triton compiler parameters for a program of ``rows`` lanes (passed explicitly, so
+    Pallas does not pick Mosaic GPU): one warp per 32 lanes, between 1 and 4 warps, and
+    Triton's default pipelining."""
+    return pl_triton.CompilerParams(num_warps=max(1, min(4, rows // 32)), num_stages=None)
 
 
 def div_rn(x: jax.Array, y: jax.Array) -> jax.Array:
