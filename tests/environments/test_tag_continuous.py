@@ -7,7 +7,7 @@ The WarpDrive comparison lives in test_tag_continuous_reference.py.
 from __future__ import annotations
 
 import functools
-import importlib.util
+import re
 import time
 
 import jax
@@ -18,7 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jaxdrive
-from environments.tag_continuous import TagContinuous, TagContinuousParams, TagState, neighbors
+from environments.tag_continuous import (
+    TagContinuous,
+    TagContinuousParams,
+    TagKernelConfig,
+    TagState,
+    neighbors,
+)
 from jaxdrive.wrappers import make_reset_pool
 
 ATOL = 1e-6
@@ -375,28 +381,53 @@ def test_reset_pool_of_one_is_a_fixed_start() -> None:
     assert not np.array_equal(np.asarray(s3.x), np.asarray(s4.x))
 
 
-def test_impl_switch() -> None:
-    kw = dict(num_taggers=2, num_runners=4, episode_length=9, num_other_agents_observed=3)
-    env_jax = TagContinuous(**kw, impl="jax")
-    env_auto = TagContinuous(**kw, impl="auto")
-    on_gpu = jax.default_backend() == "gpu"
-    assert env_auto._resolved_impl() == ("pallas" if on_gpu else "jax")
-    assert env_jax._search_module() == (neighbors, {})
-    p = env_jax.make_params(grid_length=2.0, tagging_distance=0.3)
-    s = _random_state(np.random.default_rng(3), env_jax, 2.0, np.ones(6))
-    a = env_jax.sample_actions(jax.random.key(4))
-    ref = jax.jit(env_jax.step)(jax.random.key(0), s, a, p)
-    if importlib.util.find_spec("environments.tag_continuous.kernels") is not None:
-        env_pl = TagContinuous(**kw, impl="pallas")
-        got = jax.jit(env_pl.step)(jax.random.key(0), s, a, p)
-        jaxdrive.testing.assert_trees_equal(ref, got, "impl pallas vs jax")
+def _kernel_names(fn, *args) -> list[str]:
+    """The names of the Pallas kernels in ``fn``'s jaxpr (nested jaxprs included)."""
+    return sorted(set(re.findall(r"\btag_[a-z_]+", str(jax.make_jaxpr(fn)(*args)))))
+
+
+def test_choices_compile_their_own_programs() -> None:
+    """Envs that differ only in an implementation choice (``backend``, or a
+    `TagKernelConfig` that picks another search) are different static jit arguments:
+    each compiles its own program, which runs its own choice's kernels, in one process,
+    and all give the plain-JAX observations."""
+    kw = dict(num_taggers=2, num_runners=5, num_other_agents_observed=3)
+    envs = {
+        "xla": TagContinuous(**kw, backend="xla"),
+        "brute": TagContinuous(**kw, backend="pallas"),
+        "grid": TagContinuous(**kw, backend="pallas", kernel_config=TagKernelConfig(brute_below=0)),
+        "sorted": TagContinuous(
+            **kw, backend="pallas", kernel_config=TagKernelConfig(brute_below=0, grid_up_to=0)
+        ),
+    }
+    assert len(set(envs.values())) == 4 and len({hash(e) for e in envs.values()}) == 4
+    assert TagContinuous(**kw, kernel_config=TagKernelConfig()) == TagContinuous(**kw)
+    traces = []
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def observe(env, s, p):
+        traces.append(env)
+        return env.observations(s, p)
+
+    p = envs["xla"].make_params(grid_length=2.0)
+    s = _random_state(np.random.default_rng(3), envs["xla"], 2.0, np.ones(7))
+    ref = observe(envs["xla"], s, p)
+    for name, env in envs.items():
+        got = observe(env, s, p)
+        np.testing.assert_array_equal(np.asarray(got["runner"]), np.asarray(ref["runner"]), name)
+        names = _kernel_names(env.observations, s, p)
+        want = {"xla": [], "brute": ["tag_knn_obs", "tag_nearest_k"]}.get(name)
+        assert names == want if want is not None else f"tag_nearest_k_{name}" in names, names
+    assert traces == list(envs.values())  # one trace (one program) per choice
+    observe(envs["grid"], s, p)
+    assert len(traces) == 4  # cached: no retrace
 
 
 # ------------------------------------------------------------------------------------
 # Hypothesis invariants (plain JAX; one compiled step per config).
 PROP_ENVS = {
     "partial_exit": TagContinuous(
-        num_taggers=2, num_runners=5, episode_length=6, num_other_agents_observed=3, impl="jax"
+        num_taggers=2, num_runners=5, episode_length=6, num_other_agents_observed=3, backend="xla"
     ),
     "full_stay": TagContinuous(
         num_taggers=1,
@@ -405,7 +436,7 @@ PROP_ENVS = {
         use_full_observation=True,
         runner_exits_game_after_tagged=False,
         tagger_ids=(2,),
-        impl="jax",
+        backend="xla",
     ),
 }
 
@@ -493,7 +524,9 @@ def test_step_invariants(
         (dict(num_acceleration_levels=0), "num_acceleration_levels"),
         (dict(num_turn_levels=0), "num_turn_levels"),
         (dict(num_taggers=1.5), "num_taggers"),
-        (dict(impl="cuda"), "impl"),
+        (dict(backend="cuda"), "backend"),
+        (dict(backend="jax"), "backend"),
+        (dict(kernel_config={"brute_below": 4}), "kernel_config"),
         (dict(num_taggers=2, tagger_ids=(0,)), "tagger_ids"),
         (dict(num_taggers=2, tagger_ids=(3, 3)), "tagger_ids"),
         (dict(num_taggers=2, num_runners=2, tagger_ids=(0, 4)), "tagger_ids"),
@@ -561,7 +594,7 @@ def test_large_env_one_step() -> None:
         num_runners=10_000,
         episode_length=500,
         num_other_agents_observed=10,
-        impl="jax",
+        backend="xla",
     )
     p = env.make_params(grid_length=20.0, tagging_distance=0.02)
     m = env.num_agents_total
