@@ -48,7 +48,7 @@ def test_has_observations_flags():
 
 def test_vectorize_observe_once_equals_branching_reset():
     cases = [_tag(use_full_observation=False), _tag(use_full_observation=True)]
-    cases += [jaxdrive.make(n, max_episode_steps=5) for n in ("CartPole-v1", "Pendulum-v1")]
+    cases.append(jaxdrive.make("CartPole-v1", max_episode_steps=5))
     for env, params in cases:
         fast = jaxdrive.vectorize(EpisodeStats(env), 6)
         slow = jaxdrive.vectorize(HideObservations(EpisodeStats(env)), 6)

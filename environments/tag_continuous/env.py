@@ -22,6 +22,7 @@ from environments.tag_continuous.params import (
     action_values,
     check_count,
     check_tagger_ids,
+    make_params,
     validate_params,
 )
 from jaxdrive.env import Env
@@ -31,7 +32,6 @@ from jaxdrive.types import TimeStep
 __all__ = ["TagContinuous"]
 
 _TWO_PI = np.float32(2.0 * np.pi)
-_EPS = np.float32(1e-10)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,15 +255,8 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         return TagContinuousParams()
 
     def make_params(self, **overrides: Any) -> TagContinuousParams:
-        """Default params with ``overrides`` (field names of `TagContinuousParams`), checked
-        by `validate_params`; unknown names raise ``ValueError``."""
-        names = {f.name for f in dataclasses.fields(TagContinuousParams)}
-        unknown = sorted(set(overrides) - names)
-        if unknown:
-            raise ValueError(
-                f"unknown TagContinuousParams field(s) {unknown}; fields: {sorted(names)}"
-            )
-        return validate_params(TagContinuousParams(**overrides))
+        """Default params with ``overrides`` (`params.make_params`)."""
+        return make_params(**overrides)
 
     def split_groups(self, arr: jax.Array) -> dict[str, jax.Array]:
         """``[M, ...]`` in id order -> ``{g: [A_g, ...]}`` (static gathers or slices)."""
@@ -299,22 +292,8 @@ class TagContinuous(Env[TagState, TagContinuousParams]):
         return observations.group_observations(self, state, params)
 
     def global_state(self, state: TagState, params: TagContinuousParams) -> jax.Array:
-        """A flat ``[7M+1]`` float32 view: ``x/L, y/L, speed/max_speed, θ/(2π),
-        a/max_speed, type, in_game`` (each ``[M]``, id order), then ``t/E``."""
-        p = _f32(params)
-        ms = p.max_speed + _EPS
-        return jnp.concatenate(
-            [
-                state.x / p.grid_length,
-                state.y / p.grid_length,
-                state.speed / ms,
-                state.direction / _TWO_PI,
-                state.acceleration / ms,
-                jnp.asarray(self.is_tagger, jnp.float32),
-                state.in_game.astype(jnp.float32),
-                (state.t.astype(jnp.float32) / jnp.float32(self.episode_length))[None],
-            ]
-        )
+        """A flat ``[7M+1]`` float32 view of ``state`` (`observations.global_state`)."""
+        return observations.global_state(self, state, params)
 
     def _timestep(
         self,

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "features",
+    "global_state",
     "group_observations",
     "nearest_lists",
     "observe",
@@ -199,3 +200,22 @@ def group_observations(
     if not env.use_full_observation and (contiguous or env.uses_kernels):
         return observe_nearest(env, state, params)
     return env.split_groups(observe(env, state, params))
+
+
+def global_state(env: TagContinuous, state: TagState, params: TagContinuousParams) -> jax.Array:
+    """A flat ``[7M+1]`` float32 view: ``x/L, y/L, speed/max_speed, θ/(2π),
+    a/max_speed, type, in_game`` (each ``[M]``, id order), then ``t/E``."""
+    p = jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), params)
+    ms = p.max_speed + _EPS
+    return jnp.concatenate(
+        [
+            state.x / p.grid_length,
+            state.y / p.grid_length,
+            state.speed / ms,
+            state.direction / _TWO_PI,
+            state.acceleration / ms,
+            jnp.asarray(env.is_tagger, jnp.float32),
+            state.in_game.astype(jnp.float32),
+            _time(env, state)[None],
+        ]
+    )

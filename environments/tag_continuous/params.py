@@ -27,6 +27,8 @@ __all__ = [
     "action_values",
     "check_count",
     "check_tagger_ids",
+    "is_concrete_scale",
+    "make_params",
     "validate_params",
 ]
 
@@ -158,6 +160,16 @@ def validate_params(params: TagContinuousParams) -> TagContinuousParams:
         td = g("tagging_distance")
         need(0.0 <= td <= 1.0, f"tagging_distance must be in [0, 1] (a fraction of L), got {td}")
     return params
+
+
+def make_params(**overrides: Any) -> TagContinuousParams:
+    """Default params with ``overrides`` (field names of `TagContinuousParams`), checked
+    by `validate_params`; unknown names raise ``ValueError``."""
+    names = {f.name for f in dataclasses.fields(TagContinuousParams)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise ValueError(f"unknown TagContinuousParams field(s) {unknown}; fields: {sorted(names)}")
+    return validate_params(TagContinuousParams(**overrides))
 
 
 def is_concrete_scale(params: TagContinuousParams) -> bool:

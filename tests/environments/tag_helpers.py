@@ -144,7 +144,7 @@ def random_actions(rng: np.random.Generator, env: TagContinuous) -> dict[str, ja
 
 def original_obs_parts(env: TagContinuous, state: TagState, params, lo: int, hi: int):
     """The pieces both original observation formulas (k-nearest and full, as
-    `TagContinuous.observe` computed them before `knn_obs` and `full_obs` existed) start
+    `TagContinuous.observe` computed them before the observation modules existed) start
     from, for observing rows ``lo:hi``: ``(feats [7, M], relative [1, 7, 1], scale
     [1, 7, 1], own [n, 7, 1], g_own [n, 1, 1], time)``."""
     p = jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), params)

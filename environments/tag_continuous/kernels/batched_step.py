@@ -107,6 +107,54 @@ class VectorStepOut(NamedTuple):
     table: jax.Array | None
 
 
+def _out_shapes(lay: Layout, feature_table: bool) -> list[jax.ShapeDtypeStruct]:
+    """The kernel's flat outputs: the state, the group arrays, the per-env scalars, the
+    search's padded rows and the table (if asked for), the taggers' positions (scratch)."""
+    n, m, nt, nr, mq, mc, f32 = lay.n, lay.m, lay.nt, lay.nr, lay.mq, lay.mc, jnp.float32
+
+    def sds(shape, dtype):
+        return jax.ShapeDtypeStruct(shape, dtype)
+
+    out_shape = (
+        [sds((n * m,), f32)] * 5
+        + [sds((n * m,), jnp.bool_), sds((n,), jnp.int32)]
+        + [sds((n * nt,), f32), sds((n * nr,), f32)]
+        + [sds((n * nt,), jnp.bool_), sds((n * nr,), jnp.bool_)] * 3
+        + [sds((n,), jnp.bool_), sds((n,), jnp.int32), sds((n,), jnp.int32), sds((n,), f32)]
+    )
+    if mq:
+        out_shape += [sds((n * mq,), f32)] * 2 + [sds((n * mc,), f32)] * 2
+    if feature_table:
+        out_shape.append(sds((n * m * TABLE_ROW,), f32))
+    out_shape.append(sds((n * 2 * nt,), f32))  # the taggers' new positions (scratch)
+    return out_shape
+
+
+def _outputs(outs, lay: Layout, feature_table: bool) -> VectorStepOut:
+    """The kernel's flat outputs as `VectorStepOut` (``[N, M]``, ``[N, T]``, ...)."""
+    n, m, nt, nr, mq, mc = lay.n, lay.m, lay.nt, lay.nr, lay.mq, lay.mc
+    xo, yo, vo, tho, ao, go, to, rt, rr, mt, mr, ut, ur, vt, vr, done, left, tags, tm = outs[:19]
+    rest = list(outs[19:])
+    search = None
+    if mq:
+        xq, yq, xc, yc = rest[:4]
+        del rest[:4]
+        search = (xq.reshape(n, mq), yq.reshape(n, mq), xc.reshape(n, mc), yc.reshape(n, mc))
+    table = rest.pop(0).reshape(n, m * TABLE_ROW) if feature_table else None
+
+    def agents(a):
+        return a.reshape(n, m)
+
+    def pair(a_t, a_r):
+        return a_t.reshape(n, nt), a_r.reshape(n, nr)
+
+    return VectorStepOut(
+        agents(xo), agents(yo), agents(vo), agents(tho), agents(ao), agents(go), to,
+        pair(rt, rr), pair(mt, mr), pair(ut, ur), pair(vt, vr), done, left, tags, tm,
+        search, table,
+    )  # fmt: skip
+
+
 def _reset_mode(reset_uniforms, reset_key_data, step_key_data, n: int, m: int) -> str | None:
     """Which reset input is given (``"uniforms"``, ``"keys"``, ``"step_key"`` or ``None``),
     checked."""
@@ -265,21 +313,7 @@ def tag_vector_step(
         reset=reset, table_out=bool(feature_table), interpret=interpret,
     )  # fmt: skip
 
-    def sds(shape, dtype):
-        return jax.ShapeDtypeStruct(shape, dtype)
-
-    out_shape = (
-        [sds((n * m,), f32)] * 5
-        + [sds((n * m,), jnp.bool_), sds((n,), jnp.int32)]
-        + [sds((n * nt,), f32), sds((n * nr,), f32)]
-        + [sds((n * nt,), jnp.bool_), sds((n * nr,), jnp.bool_)] * 3
-        + [sds((n,), jnp.bool_), sds((n,), jnp.int32), sds((n,), jnp.int32), sds((n,), f32)]
-    )
-    if search_padding is not None:
-        out_shape += [sds((n * mq,), f32)] * 2 + [sds((n * mc,), f32)] * 2
-    if feature_table:
-        out_shape.append(sds((n * m * TABLE_ROW,), f32))
-    out_shape.append(sds((n * 2 * nt,), f32))  # the taggers' new positions (scratch)
+    out_shape = _out_shapes(lay, bool(feature_table))
     extra = 4 * (2 * mq + 2 * mc) + (4 * m * TABLE_ROW if feature_table else 0)
     outs = pl.pallas_call(
         kernel,
@@ -299,23 +333,4 @@ def tag_vector_step(
         interpret=interpret,
         name="tag_vector_step",
     )(*args)
-    xo, yo, vo, tho, ao, go, to, rt, rr, mt, mr, ut, ur, vt, vr, done, left, tags, tm = outs[:19]
-    rest = list(outs[19:])
-    search = None
-    if search_padding is not None:
-        xq, yq, xc, yc = rest[:4]
-        del rest[:4]
-        search = (xq.reshape(n, mq), yq.reshape(n, mq), xc.reshape(n, mc), yc.reshape(n, mc))
-    table = rest.pop(0).reshape(n, m * TABLE_ROW) if feature_table else None
-
-    def agents(a):
-        return a.reshape(n, m)
-
-    def pair(a_t, a_r):
-        return a_t.reshape(n, nt), a_r.reshape(n, nr)
-
-    return VectorStepOut(
-        agents(xo), agents(yo), agents(vo), agents(tho), agents(ao), agents(go), to,
-        pair(rt, rr), pair(mt, mr), pair(ut, ur), pair(vt, vr), done, left, tags, tm,
-        search, table,
-    )  # fmt: skip
+    return _outputs(outs, lay, bool(feature_table))
