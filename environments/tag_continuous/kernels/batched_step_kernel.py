@@ -112,10 +112,6 @@ def _lanes(r: SimpleNamespace, lay: Layout) -> SimpleNamespace:
     c.mt, c.mr = c.valid & c.is_t, c.valid & c.is_r
     c.erow = lax.broadcasted_iota(jnp.int32, (be, 1), 0)
     c.env1 = jnp.minimum(pl.program_id(0) * be + c.erow, n - 1)  # [E, 1]
-    # Stores are scatters at computed indices; a masked lane's index is made unique and
-    # out of range, so no two lanes name one element (interpret mode writes masked lanes
-    # back as a gather-select-scatter, where a duplicate could undo a real write).
-    c.spare = c.row * mp + c.lane
     return c
 
 
@@ -144,13 +140,12 @@ def _action_value(a, lo, hi, levels: int, shp, interpret: bool):
     return jnp.where(a == 0, fz, val)
 
 
-def _move(r, idx, d_acc, d_turn, g, skill):
+def _move(r, idx, d_acc, d_turn, g, skill, L):
     """Spec steps 1-5 for the agents at flat indices ``idx``: ``(theta, speed, acc, x, y,
     crossed)``: turn (``jnp.mod``), accelerate, cap the speed (``jnp.clip``), drop the
     acceleration at a bound, move (cos/sin of the turned, unmasked direction), clip."""
     f32, fz = jnp.float32, jnp.float32(0.0)
     two_pi = f32(_TWO_PI)
-    L = r.prm["grid_length"][0]
     gf = g.astype(f32)
     rem = lax.rem(r.th[idx] + d_turn, two_pi)
     plus = (rem < fz) & (rem != fz)  # jnp.mod's fix-up, for a positive divisor
@@ -231,8 +226,9 @@ def _loop_counts(r, c, lay: Layout, tagged, bj, runner_in):
     `UNROLL_TAGGERS`): on tagger ``j``'s lane, the runners it tags."""
 
     def count(j, cnt):
+        tid = r.tid[j]
         cj = jnp.sum((tagged & (bj == j)).astype(jnp.int32), axis=1, keepdims=True)  # [E, 1]
-        return jnp.where(c.lane == r.tid[j], cj, cnt)
+        return jnp.where(c.lane == tid, cj, cnt)
 
     cnt = lax.fori_loop(0, lay.nt, count, jnp.zeros(c.shape, jnp.int32))
     left = jnp.sum(runner_in.astype(jnp.int32), axis=1, keepdims=True)  # [E, 1]
@@ -242,7 +238,7 @@ def _loop_counts(r, c, lay: Layout, tagged, bj, runner_in):
 
 def _reset_uniforms(r, c, lay: Layout, reset: str, fresh, some):
     """The reset's three uniforms ``[E, MP]`` each, where ``fresh``: loaded, or drawn
-    from the keys' data only when ``some`` env of the program resets."""
+    from the keys' data only when ``some()`` env of the program resets."""
     n, m = lay.n, lay.m
     if reset == "uniforms":
         return tuple(
@@ -262,7 +258,7 @@ def _reset_uniforms(r, c, lay: Layout, reset: str, fresh, some):
         )
 
     zeros = jnp.zeros(c.shape, jnp.float32)
-    return lax.cond(some, draw, lambda _: (zeros,) * 3, None)
+    return lax.cond(some(), draw, lambda _: (zeros,) * 3, None)
 
 
 def vector_kernel(*refs, lay, ids, episode_length, exits, reset, table_out, interpret):
@@ -280,21 +276,27 @@ def vector_kernel(*refs, lay, ids, episode_length, exits, reset, table_out, inte
         a_r = pl_triton.load(r.ar.at[c.env * (2 * nr) + c.pr + col], mask=c.mr, other=0)
         return jnp.where(c.is_t, a_t, a_r)
 
-    d_acc = _action_value(
-        act(0), param("min_acceleration"), param("max_acceleration"), la, c.shape, interpret
-    )
-    d_turn = _action_value(act(1), param("min_turn"), param("max_turn"), lt, c.shape, interpret)
+    L = param("grid_length")
+    a_acc, a_turn = act(0), act(1)
+    lo, hi = param("min_acceleration"), param("max_acceleration")
+    d_acc = _action_value(a_acc, lo, hi, la, c.shape, interpret)
+    lo, hi = param("min_turn"), param("max_turn")
+    d_turn = _action_value(a_turn, lo, hi, lt, c.shape, interpret)
     g = r.g[c.flat]
     skill = jnp.where(c.is_t, param("skill_level_tagger"), param("skill_level_runner"))
-    theta, speed, acc, x, y, crossed = _move(r, c.flat, d_acc, d_turn, g, skill)
+    theta, speed, acc, x, y, crossed = _move(r, c.flat, d_acc, d_turn, g, skill, L)
     # 6: edge penalty and step rewards.
     step_reward = jnp.where(
         c.is_t, param("step_penalty_for_tagger"), param("step_reward_for_runner")
     )
     reward = jnp.where(g, param("edge_hit_penalty") * crossed.astype(f32) + step_reward, fz)
+    # Stores are scatters at computed indices; a masked lane's index is made unique and
+    # out of range, so no two lanes name one element (interpret mode writes masked lanes
+    # back as a gather-select-scatter, where a duplicate could undo a real write).
+    c.spare = c.row * mp + c.lane
     # 7: tagging: each runner's nearest tagger (lowest index on ties).
     bd, bj = _nearest_taggers(r, c, lay, ids, x, y, interpret)
-    threshold = param("tagging_distance") * param("grid_length")
+    threshold = param("tagging_distance") * L
     tagged = c.is_r & g & c.valid & (jnp.sqrt(bd) < threshold)
     tag_f = tagged.astype(f32)
     gain_r = param("tag_reward_for_tagger")
@@ -322,15 +324,15 @@ def vector_kernel(*refs, lay, ids, episode_length, exits, reset, table_out, inte
 
     if reset:  # the start state of `reset_env`, selected where the episode ended
         fresh = done & c.valid  # only the envs that reset read their uniforms
-        some = None
-        if reset != "uniforms" and packed:  # from the [E, 1] per-env values
-            here = pl.program_id(0) * be + c.erow < n
-            done_e = (r.t[c.env1] + 1 >= episode_length) | (left == 0)
-            some = jnp.max((done_e & here).astype(jnp.int32)) > 0
-        elif reset != "uniforms":
-            some = jnp.max(fresh.astype(jnp.int32)) > 0  # (Triton has no reduce_or)
+
+        def some():  # whether an env of the program resets
+            if packed:  # from the [E, 1] per-env values
+                here = pl.program_id(0) * be + c.erow < n
+                done_e = (r.t[c.env1] + 1 >= episode_length) | (left == 0)
+                return jnp.max((done_e & here).astype(jnp.int32)) > 0
+            return jnp.max(fresh.astype(jnp.int32)) > 0  # (Triton has no reduce_or)
+
         u0, u1, u2 = _reset_uniforms(r, c, lay, reset, fresh, some)
-        L = param("grid_length")
         quarter = jnp.minimum(jnp.floor(u2 * f32(4.0)), f32(3.0))
         x = jnp.where(done, u0 * L, x)
         y = jnp.where(done, u1 * L, y)
@@ -341,7 +343,7 @@ def vector_kernel(*refs, lay, ids, episode_length, exits, reset, table_out, inte
         t1 = jnp.where(done, 0, t1)
 
     state = (x, y, speed, theta, acc, in_game)
-    per_group = (reward, terminated, jnp.zeros(c.shape, jnp.bool_), in_game)
+    per_group = (reward, terminated, None, in_game)  # truncated: all False
     _store_step(r, c, lay, state, per_group, (t1, done, left, num_tags), episode_length)
     _store_extras(r, c, lay, state)
 
@@ -351,8 +353,10 @@ def _store_step(r, c, lay: Layout, state, per_group, scalars, episode_length: in
     n, m, nt, nr = lay.n, lay.m, lay.nt, lay.nr
     for ref, val in zip((r.xo, r.yo, r.vo, r.tho, r.ao, r.go), state, strict=True):
         pl_triton.store(ref.at[_at(c, c.valid, c.flat, n * m)], val, mask=c.valid)
+    false = jnp.zeros(c.shape, jnp.bool_)
     group_refs = ((r.rew_t, r.rew_r), (r.term_t, r.term_r), (r.trunc_t, r.trunc_r))
     for (t_out, r_out), val in zip((*group_refs, (r.act_t, r.act_r)), per_group, strict=True):
+        val = false if val is None else val
         pl_triton.store(t_out.at[_at(c, c.mt, c.env * nt + c.pos, n * nt)], val, mask=c.mt)
         pl_triton.store(r_out.at[_at(c, c.mr, c.env * nr + c.pos, n * nr)], val, mask=c.mr)
     t1, done, left, num_tags = scalars
