@@ -261,7 +261,7 @@ def _reset_uniforms(r, c, lay: Layout, reset: str, fresh, some):
     return lax.cond(some(), draw, lambda _: (zeros,) * 3, None)
 
 
-def vector_kernel(*refs, lay, ids, episode_length, exits, reset, table_out, interpret):
+def vector_kernel(*refs, lay, ids, episode_length, exits, reset, table_out, interpret) -> None:
     """``E`` envs of a batch; the refs are `tag_vector_step`'s inputs then outputs."""
     n, m, mp, be, nt, nr, la, lt, mq, mc = lay
     r = _unpack(refs, lay, ids is None, reset, table_out)
