@@ -7,7 +7,6 @@ The WarpDrive comparison lives in test_tag_continuous_reference.py.
 from __future__ import annotations
 
 import functools
-import re
 import time
 
 import jax
@@ -18,13 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jaxdrive
-from environments.tag_continuous import (
-    TagContinuous,
-    TagContinuousParams,
-    TagKernelConfig,
-    TagState,
-    neighbors,
-)
+from environments.tag_continuous import TagContinuous, TagContinuousParams, TagState, neighbors
 from jaxdrive.wrappers import make_reset_pool
 
 ATOL = 1e-6
@@ -379,48 +372,6 @@ def test_reset_pool_of_one_is_a_fixed_start() -> None:
     s3, _ = _jit(env)[0](jax.random.key(1), p)
     s4, _ = _jit(env)[0](jax.random.key(2), p)
     assert not np.array_equal(np.asarray(s3.x), np.asarray(s4.x))
-
-
-def _kernel_names(fn, *args) -> list[str]:
-    """The names of the Pallas kernels in ``fn``'s jaxpr (nested jaxprs included)."""
-    return sorted(set(re.findall(r"\btag_[a-z_]+", str(jax.make_jaxpr(fn)(*args)))))
-
-
-def test_choices_compile_their_own_programs() -> None:
-    """Envs that differ only in an implementation choice (``backend``, or a
-    `TagKernelConfig` that picks another search) are different static jit arguments:
-    each compiles its own program, which runs its own choice's kernels, in one process,
-    and all give the plain-JAX observations."""
-    kw = dict(num_taggers=2, num_runners=5, num_other_agents_observed=3)
-    envs = {
-        "xla": TagContinuous(**kw, backend="xla"),
-        "brute": TagContinuous(**kw, backend="pallas"),
-        "grid": TagContinuous(**kw, backend="pallas", kernel_config=TagKernelConfig(brute_below=0)),
-        "sorted": TagContinuous(
-            **kw, backend="pallas", kernel_config=TagKernelConfig(brute_below=0, grid_up_to=0)
-        ),
-    }
-    assert len(set(envs.values())) == 4 and len({hash(e) for e in envs.values()}) == 4
-    assert TagContinuous(**kw, kernel_config=TagKernelConfig()) == TagContinuous(**kw)
-    traces = []
-
-    @functools.partial(jax.jit, static_argnums=0)
-    def observe(env, s, p):
-        traces.append(env)
-        return env.observations(s, p)
-
-    p = envs["xla"].make_params(grid_length=2.0)
-    s = _random_state(np.random.default_rng(3), envs["xla"], 2.0, np.ones(7))
-    ref = observe(envs["xla"], s, p)
-    for name, env in envs.items():
-        got = observe(env, s, p)
-        np.testing.assert_array_equal(np.asarray(got["runner"]), np.asarray(ref["runner"]), name)
-        names = _kernel_names(env.observations, s, p)
-        want = {"xla": [], "brute": ["tag_knn_obs", "tag_nearest_k"]}.get(name)
-        assert names == want if want is not None else f"tag_nearest_k_{name}" in names, names
-    assert traces == list(envs.values())  # one trace (one program) per choice
-    observe(envs["grid"], s, p)
-    assert len(traces) == 4  # cached: no retrace
 
 
 # ------------------------------------------------------------------------------------
