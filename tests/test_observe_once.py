@@ -48,9 +48,7 @@ def test_has_observations_flags():
 
 def test_vectorize_observe_once_equals_branching_reset():
     cases = [_tag(use_full_observation=False), _tag(use_full_observation=True)]
-    cases += [
-        jaxdrive.make(n, max_episode_steps=5) for n in ("CartPole-v1", "Acrobot-v1", "Pendulum-v1")
-    ]
+    cases.append(jaxdrive.make("CartPole-v1", max_episode_steps=5))
     for env, params in cases:
         fast = jaxdrive.vectorize(EpisodeStats(env), 6)
         slow = jaxdrive.vectorize(HideObservations(EpisodeStats(env)), 6)
@@ -64,7 +62,7 @@ def test_vectorize_observe_once_equals_branching_reset():
                 return (state, ts), ts
 
             init = venv.reset(jax.random.key(0), params)
-            return jax.lax.scan(body, init, jax.random.split(jax.random.key(1), 12))
+            return jax.lax.scan(body, init, jax.random.split(jax.random.key(1), 8))
 
         (s_fast, _), tr_fast = jax.jit(lambda: run(fast))()
         (s_slow, _), tr_slow = jax.jit(lambda: run(slow))()

@@ -1,5 +1,5 @@
-"""Shared by the Tag kernel tests: bit-for-bit comparison of pytrees, random states and
-observation params."""
+"""Shared by the Tag kernel tests: bit-for-bit comparison of pytrees, random states,
+actions and params, and the envs of both backends."""
 
 from __future__ import annotations
 
@@ -11,7 +11,21 @@ import numpy as np
 
 from environments.tag_continuous import TagContinuous, TagContinuousParams, TagState
 
-__all__ = ["assert_bitwise", "random_obs_params", "random_tag_state"]
+__all__ = [
+    "assert_bitwise",
+    "backend_pair",
+    "random_actions",
+    "random_obs_params",
+    "random_step_params",
+    "random_step_state",
+    "random_tag_state",
+]
+
+
+def backend_pair(**kw) -> tuple[TagContinuous, TagContinuous]:
+    """The same env with the plain-JAX backend (the reference) and with the kernels
+    (interpret mode on the CPU)."""
+    return TagContinuous(**kw, backend="xla"), TagContinuous(**kw, backend="pallas")
 
 
 def _bits(x: Any) -> np.ndarray:
@@ -80,9 +94,57 @@ def random_obs_params(rng: np.random.Generator) -> TagContinuousParams:
     )
 
 
+def random_step_params(rng: np.random.Generator) -> TagContinuousParams:
+    """Params with every reward and penalty non-zero, random speeds and grid length."""
+    return TagContinuousParams(
+        grid_length=float(rng.uniform(2, 5)),
+        max_speed=float(rng.uniform(0.5, 1.5)),
+        skill_level_tagger=float(rng.uniform(0.5, 1.2)),
+        skill_level_runner=float(rng.uniform(0.5, 1.2)),
+        min_acceleration=-0.7,
+        max_acceleration=0.9,
+        min_turn=-2.356,
+        max_turn=2.356,
+        edge_hit_penalty=-0.3,
+        tagging_distance=0.25,
+        tag_reward_for_tagger=0.1,  # not exact in float32: the gains' summation order shows
+        tag_penalty_for_runner=-0.7,
+        step_penalty_for_tagger=-0.01,
+        step_reward_for_runner=0.03,
+        end_of_game_reward_for_runner=1.3,
+    )
+
+
+def random_step_state(rng: np.random.Generator, env: TagContinuous, p, t: int) -> TagState:
+    """A state for stepping: some agents at the edge, out of the game, at rest."""
+    m = env.num_agents_total
+    L = p.grid_length
+    x = rng.uniform(0, L, m)
+    x[rng.uniform(size=m) < 0.15] = L  # at the edge
+    in_game = rng.uniform(size=m) < 0.75
+    in_game[list(env.tagger_ids)] = True
+    return TagState(
+        x=jnp.asarray(x, jnp.float32),
+        y=jnp.asarray(rng.uniform(0, L, m), jnp.float32),
+        speed=jnp.asarray(rng.uniform(0, 1.2, m) * (rng.uniform(size=m) < 0.8), jnp.float32),
+        direction=jnp.asarray(rng.uniform(0, 2 * np.pi, m), jnp.float32),
+        acceleration=jnp.asarray(rng.uniform(-0.5, 0.5, m), jnp.float32),
+        in_game=jnp.asarray(in_game),
+        t=jnp.asarray(t, jnp.int32),
+    )
+
+
+def random_actions(rng: np.random.Generator, env: TagContinuous) -> dict[str, jax.Array]:
+    """Uniform action indices of every agent, no-ops included."""
+    hi = [env.num_acceleration_levels + 1, env.num_turn_levels + 1]
+    return {
+        g: jnp.asarray(rng.integers(0, hi, (env.num_agents(g), 2)), jnp.int32) for g in env.groups
+    }
+
+
 def original_obs_parts(env: TagContinuous, state: TagState, params, lo: int, hi: int):
     """The pieces both original observation formulas (k-nearest and full, as
-    `TagContinuous.observe` computed them before `knn_obs` and `full_obs` existed) start
+    `TagContinuous.observe` computed them before the observation modules existed) start
     from, for observing rows ``lo:hi``: ``(feats [7, M], relative [1, 7, 1], scale
     [1, 7, 1], own [n, 7, 1], g_own [n, 1, 1], time)``."""
     p = jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), params)

@@ -7,7 +7,6 @@ The WarpDrive comparison lives in test_tag_continuous_reference.py.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import time
 
 import jax
@@ -375,28 +374,11 @@ def test_reset_pool_of_one_is_a_fixed_start() -> None:
     assert not np.array_equal(np.asarray(s3.x), np.asarray(s4.x))
 
 
-def test_impl_switch() -> None:
-    kw = dict(num_taggers=2, num_runners=4, episode_length=9, num_other_agents_observed=3)
-    env_jax = TagContinuous(**kw, impl="jax")
-    env_auto = TagContinuous(**kw, impl="auto")
-    on_gpu = jax.default_backend() == "gpu"
-    assert env_auto._resolved_impl() == ("pallas" if on_gpu else "jax")
-    assert env_jax._search_module() == (neighbors, {})
-    p = env_jax.make_params(grid_length=2.0, tagging_distance=0.3)
-    s = _random_state(np.random.default_rng(3), env_jax, 2.0, np.ones(6))
-    a = env_jax.sample_actions(jax.random.key(4))
-    ref = jax.jit(env_jax.step)(jax.random.key(0), s, a, p)
-    if importlib.util.find_spec("environments.tag_continuous.kernels") is not None:
-        env_pl = TagContinuous(**kw, impl="pallas")
-        got = jax.jit(env_pl.step)(jax.random.key(0), s, a, p)
-        jaxdrive.testing.assert_trees_equal(ref, got, "impl pallas vs jax")
-
-
 # ------------------------------------------------------------------------------------
 # Hypothesis invariants (plain JAX; one compiled step per config).
 PROP_ENVS = {
     "partial_exit": TagContinuous(
-        num_taggers=2, num_runners=5, episode_length=6, num_other_agents_observed=3, impl="jax"
+        num_taggers=2, num_runners=5, episode_length=6, num_other_agents_observed=3, backend="xla"
     ),
     "full_stay": TagContinuous(
         num_taggers=1,
@@ -405,7 +387,7 @@ PROP_ENVS = {
         use_full_observation=True,
         runner_exits_game_after_tagged=False,
         tagger_ids=(2,),
-        impl="jax",
+        backend="xla",
     ),
 }
 
@@ -493,7 +475,9 @@ def test_step_invariants(
         (dict(num_acceleration_levels=0), "num_acceleration_levels"),
         (dict(num_turn_levels=0), "num_turn_levels"),
         (dict(num_taggers=1.5), "num_taggers"),
-        (dict(impl="cuda"), "impl"),
+        (dict(backend="cuda"), "backend"),
+        (dict(backend="jax"), "backend"),
+        (dict(kernel_config={"brute_below": 4}), "kernel_config"),
         (dict(num_taggers=2, tagger_ids=(0,)), "tagger_ids"),
         (dict(num_taggers=2, tagger_ids=(3, 3)), "tagger_ids"),
         (dict(num_taggers=2, num_runners=2, tagger_ids=(0, 4)), "tagger_ids"),
@@ -561,7 +545,7 @@ def test_large_env_one_step() -> None:
         num_runners=10_000,
         episode_length=500,
         num_other_agents_observed=10,
-        impl="jax",
+        backend="xla",
     )
     p = env.make_params(grid_length=20.0, tagging_distance=0.02)
     m = env.num_agents_total

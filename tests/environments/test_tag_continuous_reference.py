@@ -93,7 +93,7 @@ CONFIGS = [
 
 
 def _make_wd(static: dict, params: dict, seed: int):
-    kw = {k: v for k, v in static.items() if k not in ("tagger_ids", "impl")}
+    kw = {k: v for k, v in static.items() if k not in ("tagger_ids", "backend")}
     # Our default is partial observation, WarpDrive's class default is full.
     kw.setdefault("use_full_observation", False)
     return wd_module.TagContinuous(**kw, **params, seed=seed, env_backend="cpu")
@@ -176,7 +176,7 @@ def _run_config(static: dict, params: dict, seed: int, num_steps: int) -> dict[s
     rng = np.random.default_rng(seed)
     wd = _make_wd(static, params, seed)
     tagger_ids = tuple(sorted(int(i) for i in wd.taggers))  # WarpDrive's random choice
-    env = TagContinuous(**static, tagger_ids=tagger_ids, impl="jax")
+    env = TagContinuous(**static, tagger_ids=tagger_ids, backend="xla")
     p = env.make_params(**params)
     step, observe = _jitted(env)
     m = env.num_agents_total

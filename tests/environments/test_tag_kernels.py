@@ -1,357 +1,314 @@
-"""Tests of TagContinuous's Pallas neighbour kernels against a brute-force NumPy search.
+"""The k-nearest Pallas searches (`environments.tag_continuous.kernels`) against references.
 
-The kernels run in Pallas interpret mode on CPU. States cover random positions, exact
-ties (duplicated and grid-quantised positions), agents out of the game, a single agent
-left, ``k = M - 1`` and ``k`` above the number of candidates (padding). Compilations are
-shared: each configuration is checked on a whole batch of states at once through the
-batched entry points.
+Every search runs in Pallas interpret mode on the CPU and must equal the plain-JAX
+reference `neighbors.nearest_k` bit for bit (indices, validity, padding), which is itself
+checked against a brute-force NumPy search. One batch of states serves every check:
+uniform and clustered positions, exact ties (coarse lattices, duplicated positions,
+everyone at one point), near-ties one float32 ulp apart, agents piled on walls, agents
+out of the game (random, all but three: fewer than ``k`` candidates, none left), with
+``M`` not a multiple of any block size. Each search configuration is compiled once
+(interpret mode compiles slowly, runs fast) and covers both the interpret-mode default
+and the compiled path's loop structure (unrolled steps through the merge network, the
+split self range, exact lists instead of packed keys). The Triton lowering of every
+search is checked without a GPU (`jax.stages.Traced.lower` for ``cuda``).
 """
 
 from __future__ import annotations
 
+import doctest
 import functools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from environments.tag_continuous import kernels
+from environments.tag_continuous import neighbors
+from environments.tag_continuous.kernels import brute, grid, search
+from environments.tag_continuous.kernels import sorted as sorted_search
 
-# ------------------------------------------------------------------------- references
+M, K = 90, 6
+KINDS = (
+    "uniform",
+    "cluster",
+    "lattice",
+    "duplicates",
+    "out_random",
+    "out_most",
+    "lattice_out",
+    "one_point",
+    "out_all",
+    "two_clusters",
+    "ulp_line",
+    "walls",
+)
+#: Kinds whose distances are exact in float32 (NumPy agrees bit for bit).
+EXACT_KINDS = ("lattice", "lattice_out", "one_point", "out_all")
+
+
+def make_states(m: int, kinds=KINDS, seed: int = 0, length: float = 20.0):
+    """One env per entry of ``kinds``: ``x, y [n, m]`` float32 and ``in_game [n, m]``."""
+    rng = np.random.default_rng(seed)
+    xs, ys, gs = [], [], []
+    for kind in kinds:
+        x = rng.uniform(0, length, m)
+        y = rng.uniform(0, length, m)
+        g = np.ones(m, bool)
+        if kind == "cluster":  # everyone in one small spot
+            x = 7.0 + 1e-3 * rng.random(m)
+            y = 3.0 + 1e-3 * rng.random(m)
+        elif kind == "lattice":  # exact distances, many ties
+            x = rng.integers(0, 6, m) * 0.5
+            y = rng.integers(0, 6, m) * 0.5
+        elif kind == "duplicates":
+            src = rng.integers(0, max(1, m // 4), m)
+            x, y = x[src], y[src]
+        elif kind == "out_random":
+            g = rng.random(m) < 0.6
+        elif kind == "out_most":  # fewer candidates than k for everyone
+            g = np.zeros(m, bool)
+            g[rng.choice(m, size=min(m, 3), replace=False)] = True
+        elif kind == "lattice_out":
+            x = rng.integers(0, 4, m) * 0.25
+            y = rng.integers(0, 4, m) * 0.25
+            g = rng.random(m) < 0.7
+        elif kind == "one_point":
+            x = np.full(m, 3.5)
+            y = np.full(m, 1.25)
+        elif kind == "out_all":
+            g = np.zeros(m, bool)
+        elif kind == "two_clusters":  # far apart, one of them mostly out of the game
+            half = rng.random(m) < 0.5
+            x = np.where(half, 1.0 + 0.1 * rng.random(m), 19.0 + 0.1 * rng.random(m))
+            y = np.where(half, 1.0 + 0.1 * rng.random(m), 18.0 + 0.1 * rng.random(m))
+            g = half | (rng.random(m) < 0.1)
+        elif kind == "ulp_line":  # neighbours' distances one or two ulps apart
+            base = np.sort(rng.uniform(1.0, 2.0, m - m // 2)).astype(np.float32)
+            nudged = np.nextafter(base, np.float32(3.0))[: m // 2]
+            x = np.concatenate([base, nudged])[rng.permutation(m)]
+            y = np.zeros(m)
+        elif kind == "walls":  # agents clipped onto the square's edges
+            x = np.clip(rng.uniform(-8, length + 8, m), 0, length)
+            y = np.clip(rng.uniform(-8, length + 8, m), 0, length)
+        xs.append(np.asarray(x, np.float32))
+        ys.append(np.asarray(y, np.float32))
+        gs.append(g)
+    return np.stack(xs), np.stack(ys), np.stack(gs)
 
 
 def np_nearest_k(x, y, in_game, k):
-    """Brute force for one env: ``idx [M, k]`` (pad: ``i``), ``valid [M, k]``, ``d [M, k]``."""
-    x = np.asarray(x, np.float32)
-    y = np.asarray(y, np.float32)
+    """Brute force for one env in NumPy: ``idx [M, k]`` (pad: ``i``), ``valid [M, k]``."""
     m = x.shape[0]
     idx = np.repeat(np.arange(m, dtype=np.int32)[:, None], k, axis=1)
     valid = np.zeros((m, k), bool)
-    dist = np.full((m, k), np.inf, np.float32)
     for i in range(m):
-        cand = [j for j in range(m) if j != i and in_game[j]]
-        dx = x[i] - x[cand]
-        dy = y[i] - y[cand]
-        d = (dx * dx + dy * dy).astype(np.float32)
+        cand = np.array([j for j in range(m) if j != i and in_game[j]], np.int64)
+        d = (x[i] - x[cand]) ** 2 + (y[i] - y[cand]) ** 2  # float32
         order = sorted(range(len(cand)), key=lambda t: (d[t], cand[t]))[:k]
-        idx[i, : len(order)] = [cand[t] for t in order]
+        idx[i, : len(order)] = cand[order]
         valid[i, : len(order)] = True
-        dist[i, : len(order)] = d[order]
-    return idx, valid, dist
-
-
-def np_nearest_tagger(x_r, y_r, x_t, y_t):
-    """Brute force for one env: ``idx [R]`` (lowest index on ties) and ``dist2 [R]``."""
-    dx = np.asarray(x_r, np.float32)[:, None] - np.asarray(x_t, np.float32)[None, :]
-    dy = np.asarray(y_r, np.float32)[:, None] - np.asarray(y_t, np.float32)[None, :]
-    d = dx * dx + dy * dy
-    j = np.argmin(d, axis=1)  # first minimum
-    return j.astype(np.int32), d[np.arange(d.shape[0]), j]
-
-
-def tagger_d64(x_r, y_r, x_t, y_t, j):
-    """Float64 squared distance of each runner to tagger ``j [R]``."""
-    dx = np.asarray(x_r, np.float64) - np.asarray(x_t, np.float64)[j]
-    dy = np.asarray(y_r, np.float64) - np.asarray(y_t, np.float64)[j]
-    return dx * dx + dy * dy
-
-
-def d64(x, y, i, j):
-    """Float64 squared distances between agents ``i`` and ``j`` (broadcasting)."""
-    x = np.asarray(x, np.float64)
-    y = np.asarray(y, np.float64)
-    return (x[i] - x[j]) ** 2 + (y[i] - y[j]) ** 2
-
-
-def assert_neighbours_match(x, y, idx, valid, ref_idx, ref_valid, exact, what=""):
-    """``valid`` equal; ``idx`` equal where valid and, unless ``exact``, a differing ``idx``
-    allowed only at a near-tie (float64 distances within 1e-5 relative): compilers may
-    contract ``dx*dx + dy*dy`` into an FMA, moving a distance by an ulp."""
-    idx, valid = np.asarray(idx), np.asarray(valid)
-    np.testing.assert_array_equal(valid, ref_valid, err_msg=f"valid {what}")
-    rows = np.arange(idx.shape[0])[:, None]
-    diff = valid & (idx != ref_idx)
-    if exact or not diff.any():
-        np.testing.assert_array_equal(np.where(valid, idx, -1), np.where(ref_valid, ref_idx, -1))
-        return
-    a = d64(x, y, rows, idx)[diff]
-    b = d64(x, y, rows, ref_idx)[diff]
-    np.testing.assert_allclose(a, b, rtol=1e-5, err_msg=f"idx {what} differs beyond a near-tie")
-
-
-# ----------------------------------------------------------------------------- states
-
-
-def make_states(m, n, seed):
-    """``n`` envs of ``m`` agents: ``x, y [n, m]`` float32, ``in_game [n, m]`` bool, and
-    ``exact [n]`` (positions on a coarse grid: all distances exact in float32, many ties)."""
-    rng = np.random.default_rng(seed)
-    xs, ys, gs, exact = [], [], [], []
-    for e in range(n):
-        kind = e % 8
-        x = rng.uniform(0, 10, m).astype(np.float32)
-        y = rng.uniform(0, 10, m).astype(np.float32)
-        g = np.ones(m, bool)
-        is_exact = False
-        if kind == 1:  # grid-quantised: lots of exact distance ties
-            x = (rng.integers(0, 5, m) * 0.5).astype(np.float32)
-            y = (rng.integers(0, 5, m) * 0.5).astype(np.float32)
-            is_exact = True
-        elif kind == 2:  # duplicated positions
-            src = rng.integers(0, max(1, m // 3), m)
-            x, y = x[src], y[src]
-        elif kind == 3:  # random agents out of the game
-            g = rng.random(m) < 0.5
-        elif kind == 4:  # all but one out
-            g = np.zeros(m, bool)
-            g[rng.integers(m)] = True
-        elif kind == 5:  # everyone out
-            g = np.zeros(m, bool)
-        elif kind == 6:  # grid ties and agents out
-            x = (rng.integers(0, 3, m) * 0.25).astype(np.float32)
-            y = (rng.integers(0, 3, m) * 0.25).astype(np.float32)
-            g = rng.random(m) < 0.7
-            is_exact = True
-        elif kind == 7:  # everyone at one point
-            x = np.full(m, 3.5, np.float32)
-            y = np.full(m, 1.25, np.float32)
-            is_exact = True
-        xs.append(x)
-        ys.append(y)
-        gs.append(g)
-        exact.append(is_exact)
-    return np.stack(xs), np.stack(ys), np.stack(gs), np.asarray(exact)
-
-
-def check_batch(x, y, g, exact, k, idx, valid):
-    idx, valid = np.asarray(idx), np.asarray(valid)
-    assert idx.shape == (*x.shape, k) and idx.dtype == np.int32
-    assert valid.shape == (*x.shape, k) and valid.dtype == bool
-    for e in range(x.shape[0]):
-        ref_idx, ref_valid, _ = np_nearest_k(x[e], y[e], g[e], k)
-        assert_neighbours_match(
-            x[e], y[e], idx[e], valid[e], ref_idx, ref_valid, exact[e], what=f"env {e}"
-        )
-        # Padding convention: invalid slots hold the agent's own index.
-        m = x.shape[1]
-        self_idx = np.broadcast_to(np.arange(m)[:, None], (m, k))
-        np.testing.assert_array_equal(idx[e][~valid[e]], self_idx[~valid[e]])
-
-
-# ------------------------------------------------------------------------- nearest_k
-
-# (M, k, block_rows, block_cols, split_self_range): one and several row blocks, unrolled
-# candidate steps with padding, the three-loop split (the compiled path) and the single
-# masked loop, k below / at / above a power of two, k = M - 1, and k > M (padding only).
-NEAREST_K_CASES = [
-    (7, 3, None, None, None),
-    (7, 6, None, 2, True),
-    (7, 12, None, None, None),
-    (33, 8, 8, 2, True),
-    (33, 16, 16, 1, False),
-    (70, 10, 32, 2, True),
-    (70, 5, 64, 1, None),
-    (70, 10, 32, 8, True),  # the compiled default unroll: the merge network's batches
-    (33, 2, 8, 8, False),  # a batch longer than the packed list (k + 2 < U)
-]
+    return idx, valid
 
 
 @functools.cache
-def _batched_fn(k, bm, u, split):
-    return jax.jit(
-        functools.partial(
-            kernels.nearest_k_batched, k=k, block_rows=bm, block_cols=u, split_self_range=split
-        )
-    )
+def reference(k: int):
+    """`neighbors.nearest_k` vmapped and jitted: ``(x, y, g) -> (idx, valid)``."""
+    return jax.jit(jax.vmap(functools.partial(neighbors.nearest_k, k=k)))
 
 
-@pytest.mark.parametrize("m,k,bm,u,split", NEAREST_K_CASES)
-def test_nearest_k_batched_matches_numpy(m, k, bm, u, split):
-    x, y, g, exact = make_states(m, 16, seed=m * 100 + k)
-    idx, valid = _batched_fn(k, bm, u, split)(x, y, g)
-    check_batch(x, y, g, exact, k, idx, valid)
+def ref_lists(x, y, g, k: int) -> np.ndarray:
+    """The reference's lists ``[N, M, k]``, ``-1`` where not valid."""
+    idx, valid = reference(k)(x, y, g)
+    return np.where(np.asarray(valid), np.asarray(idx), -1)
+
+
+def assert_lists(got, want, kinds=KINDS, what=""):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape and got.dtype == np.int32, (got.shape, got.dtype)
+    for e, kind in enumerate(kinds):
+        np.testing.assert_array_equal(got[e], want[e], err_msg=f"{what}: {kind} (env {e})")
 
 
 @pytest.fixture(scope="module")
-def vmap_case():
-    m, k = 33, 8
-    x, y, g, exact = make_states(m, 8, seed=7)
-    single = functools.partial(
-        kernels.nearest_k, k=k, block_rows=8, block_cols=2, split_self_range=True
-    )
-    idx, valid = jax.jit(jax.vmap(single))(x, y, g)
-    return m, k, x, y, g, exact, np.asarray(idx), np.asarray(valid)
+def states():
+    x, y, g = make_states(M)
+    return x, y, g, ref_lists(x, y, g, K)
 
 
-def test_nearest_k_under_vmap_matches_numpy(vmap_case):
-    _, k, x, y, g, exact, idx, valid = vmap_case
-    check_batch(x, y, g, exact, k, idx, valid)
+def test_reference_matches_numpy_brute_force(states):
+    """The plain-JAX reference, rows in one block or several, against NumPy: equal where
+    distances are exact, and a differing index elsewhere only at a near-tie (a compiler
+    may contract ``dx*dx + dy*dy`` into an FMA, moving a distance by an ulp)."""
+    x, y, g, want = states
+    blocked = jax.jit(jax.vmap(functools.partial(neighbors.nearest_k, k=K, block_rows=16)))
+    idx, valid = blocked(x, y, g)  # rows in blocks (lax.map), as for large M
+    np.testing.assert_array_equal(np.where(np.asarray(valid), np.asarray(idx), -1), want)
+    for e, kind in enumerate(KINDS):
+        idx, valid = np_nearest_k(x[e], y[e], g[e], K)
+        np.testing.assert_array_equal(want[e] >= 0, valid, err_msg=kind)
+        diff = valid & (want[e] != idx)
+        if kind in EXACT_KINDS:
+            assert not diff.any(), kind
+        rows = np.nonzero(diff)[0]
+        d = lambda j: (
+            (x[e][rows].astype(np.float64) - x[e][j]) ** 2
+            + (y[e][rows].astype(np.float64) - y[e][j]) ** 2
+        )
+        np.testing.assert_allclose(d(want[e][diff]), d(idx[diff]), rtol=1e-5, err_msg=kind)
 
 
-def test_nearest_k_vmap_equals_batched(vmap_case):
-    _, k, x, y, g, _, idx, valid = vmap_case
-    b_idx, b_valid = _batched_fn(k, 8, 2, True)(x, y, g)
-    np.testing.assert_array_equal(idx, np.asarray(b_idx))
-    np.testing.assert_array_equal(valid, np.asarray(b_valid))
-
-
-def test_nearest_k_single_env():
-    x, y, g, _ = make_states(7, 4, seed=3)  # env 3: random agents out of the game
-    idx, valid = jax.jit(kernels.nearest_k, static_argnums=3)(x[3], y[3], g[3], 3)
-    ref_idx, ref_valid, _ = np_nearest_k(x[3], y[3], g[3], 3)
-    assert idx.shape == (7, 3) and valid.shape == (7, 3)
-    np.testing.assert_array_equal(np.asarray(valid), ref_valid)
-    np.testing.assert_array_equal(np.asarray(idx), ref_idx)
-
-
-def test_nearest_k_matches_plain_jax_reference():
-    neighbors = pytest.importorskip("environments.tag_continuous.neighbors")
-    m, k = 33, 8
-    x, y, g, exact = make_states(m, 16, seed=11)
-    idx, valid = _batched_fn(k, 8, 2, True)(x, y, g)
-    r_idx, r_valid = jax.jit(jax.vmap(functools.partial(neighbors.nearest_k, k=k)))(x, y, g)
-    for e in range(x.shape[0]):
-        assert_neighbours_match(
-            x[e], y[e], idx[e], valid[e], np.asarray(r_idx[e]), np.asarray(r_valid[e]),
-            exact[e], what=f"env {e}",
-        )  # fmt: skip
-    # Same padding convention too (idx = i where not valid).
-    np.testing.assert_array_equal(
-        np.asarray(idx)[~np.asarray(valid)], np.asarray(r_idx)[~np.asarray(r_valid)]
+def _brute_padded(x, y, g):
+    """The brute-force search from inputs padded as `brute_padding` says (queries anything
+    past ``M``, candidates ``+inf`` out of the game and past ``M``), as the batched env
+    step hands them over."""
+    mq, mc = search.brute_padding(M)
+    pad = lambda a, n, v: jnp.pad(a, ((0, 0), (0, n - M)), constant_values=v)
+    xc, yc = jnp.where(g, x, jnp.inf), jnp.where(g, y, jnp.inf)
+    return search.brute_lists_padded(
+        pad(x, mq, 7.0), pad(y, mq, -3.0), pad(xc, mc, jnp.inf), pad(yc, mc, jnp.inf), M, K
     )
 
 
-# --------------------------------------------------------------------- nearest_tagger
-
-# (R, T, block_rows, block_cols): one tagger, several chunks of taggers (ties across
-# chunk boundaries), several runner blocks.
-NEAREST_TAGGER_CASES = [(33, 1, None, None), (33, 5, 8, 2), (70, 10, 32, None)]
-
-
-def make_tagger_states(r, t, n, seed):
-    rng = np.random.default_rng(seed)
-    out = []
-    for e in range(n):
-        if e % 3 == 0:  # continuous
-            pts = [rng.uniform(0, 10, s).astype(np.float32) for s in (r, r, t, t)]
-        elif e % 3 == 1:  # coarse grid: many exact ties, some runners on a tagger
-            pts = [(rng.integers(0, 4, s) * 0.5).astype(np.float32) for s in (r, r, t, t)]
-        else:  # all taggers at one point: every runner ties across all of them
-            pts = [rng.uniform(0, 10, r).astype(np.float32) for _ in range(2)]
-            pts += [np.full(t, 2.0, np.float32), np.full(t, 7.0, np.float32)]
-        out.append(pts)
-    return [np.stack(a) for a in zip(*out, strict=True)]
+# One compiled function per configuration: (name, fn(x, y, g) -> lists [N, M, K]).
+CONFIGS = {
+    "brute_padded": _brute_padded,
+    # the compiled path's structure: unrolled steps merged at once, split self range
+    "brute_unrolled": lambda x, y, g: brute.brute_lists(
+        x, y, g, K, unroll=4, split_self_range=True
+    ),
+    "brute_exact": lambda x, y, g: brute.brute_lists(x, y, g, K, packed_keys=False),
+    # the env's sorted path (M > 1024: exact lists with the tie check), unrolled
+    "sorted_exact": lambda x, y, g: sorted_search.sorted_lists(
+        x, y, g, K, packed_keys=False, unroll=2
+    ),
+    "grid_unrolled": lambda x, y, g: grid.grid_lists(x, y, g, K, unroll=2),
+}
 
 
-@pytest.mark.parametrize("r,t,br,bt", NEAREST_TAGGER_CASES)
-def test_nearest_tagger_batched_matches_numpy(r, t, br, bt):
-    xr, yr, xt, yt = make_tagger_states(r, t, 9, seed=r + t)
-    fn = jax.jit(functools.partial(kernels.nearest_tagger_batched, block_rows=br, block_cols=bt))
-    idx, d2 = fn(xr, yr, xt, yt)
-    idx, d2 = np.asarray(idx), np.asarray(d2)
-    assert idx.shape == (9, r) and idx.dtype == np.int32
-    assert d2.shape == (9, r) and d2.dtype == np.float32
-    for e in range(9):
-        ref_idx, ref_d2 = np_nearest_tagger(xr[e], yr[e], xt[e], yt[e])
-        if e % 3 == 0:  # continuous: a differing index only at a near-tie
-            diff = idx[e] != ref_idx
-            a = tagger_d64(xr[e], yr[e], xt[e], yt[e], idx[e])
-            b = tagger_d64(xr[e], yr[e], xt[e], yt[e], ref_idx)
-            np.testing.assert_allclose(a[diff], b[diff], rtol=1e-5)
-        else:  # exact ties: the lowest tagger index (all of them when taggers coincide)
-            np.testing.assert_array_equal(idx[e], ref_idx)
-        if e % 3 == 1:  # exact arithmetic: bitwise equal
-            np.testing.assert_array_equal(d2[e], ref_d2)
-        else:  # an FMA may move the last bit
-            np.testing.assert_allclose(d2[e], ref_d2, rtol=1e-6, atol=1e-12)
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_search_matches_reference(states, name):
+    x, y, g, want = states
+    assert_lists(jax.jit(CONFIGS[name])(x, y, g), want, what=name)
 
 
-def test_nearest_tagger_single_env_and_vmap():
-    xr, yr, xt, yt = make_tagger_states(33, 5, 3, seed=5)
-    single = functools.partial(kernels.nearest_tagger, block_cols=2)
-    i0, d0 = jax.jit(single)(xr[1], yr[1], xt[1], yt[1])
-    ref_idx, ref_d2 = np_nearest_tagger(xr[1], yr[1], xt[1], yt[1])
-    np.testing.assert_array_equal(np.asarray(i0), ref_idx)
-    np.testing.assert_array_equal(np.asarray(d0), ref_d2)
-    vi, vd = jax.jit(jax.vmap(single))(xr, yr, xt, yt)
-    np.testing.assert_array_equal(np.asarray(vi)[1], ref_idx)
-    np.testing.assert_array_equal(np.asarray(vd)[1], ref_d2)
-    assert vi.shape == (3, 33) and vd.shape == (3, 33)
+@pytest.mark.parametrize("method", ["brute", "sorted"])
+def test_nearest_k_under_vmap_matches_reference(states, method):
+    """The one-env entry point, vmapped over envs as the env step does (the interpret
+    defaults: one candidate per step, packed keys)."""
+    x, y, g, want = states
+    fn = jax.jit(jax.vmap(functools.partial(search.nearest_k, k=K, method=method)))
+    idx, valid = fn(x, y, g)
+    r_idx, r_valid = reference(K)(x, y, g)
+    np.testing.assert_array_equal(np.asarray(valid), np.asarray(r_valid), err_msg=method)
+    np.testing.assert_array_equal(np.asarray(idx), np.asarray(r_idx), err_msg=method)
 
 
-def test_nearest_tagger_matches_plain_jax_reference():
-    neighbors = pytest.importorskip("environments.tag_continuous.neighbors")
-    xr, yr, xt, yt = make_tagger_states(33, 5, 6, seed=9)
-    fn = jax.jit(functools.partial(kernels.nearest_tagger_batched, block_cols=2))
-    idx, d2 = fn(xr, yr, xt, yt)
-    r_idx, r_d2 = jax.jit(jax.vmap(neighbors.nearest_tagger))(xr, yr, xt, yt)
-    for e in (1, 2, 4, 5):  # exact ties: equal indices
-        np.testing.assert_array_equal(np.asarray(idx[e]), np.asarray(r_idx[e]))
-    for e in (1, 4):  # exact arithmetic: bitwise equal distances
-        np.testing.assert_array_equal(np.asarray(d2[e]), np.asarray(r_d2[e]))
-    np.testing.assert_allclose(np.asarray(d2), np.asarray(r_d2), rtol=1e-6, atol=1e-12)
+def test_grid_in_game_lists_under_vmap(states):
+    """`search.nearest_k_lists` as the env calls it (grid search, ``queries="in_game"``):
+    the reference's rows for agents in the game, ``-1`` for the others."""
+    x, y, g, want = states
+    fn = jax.jit(
+        jax.vmap(functools.partial(search.nearest_k_lists, k=K, method="grid", queries="in_game"))
+    )
+    assert_lists(fn(x, y, g), np.where(g[:, :, None], want, -1), what="grid in_game")
+    assert search.lists_in_game_only("grid", "in_game")
+    assert not search.lists_in_game_only("grid", "all")
+    assert not search.lists_in_game_only("brute", "in_game")
 
 
-# ----------------------------------------------------------------------------- errors
+def test_brute_padding():
+    x = np.zeros((2, M), np.float32)
+    assert search.brute_padding(M) == (96, 90)  # interpret mode: rows to 32, U = 1
+    assert search.brute_padding(M, interpret=False) == (96, 96)  # U = 16
+    with pytest.raises(ValueError, match="brute_lists_padded needs"):
+        search.brute_lists_padded(x, x, x, x, M, K)
+
+
+def test_select_method_by_size():
+    assert search.select_method(1) == "brute"
+    assert search.select_method(255) == "brute"
+    assert search.select_method(256) == "grid"
+    assert search.select_method(1024) == "grid"
+    assert search.select_method(1025) == "sorted"
+    assert search.select_method(300, brute_below=512) == "brute"
+    assert search.select_method(600, grid_up_to=512) == "sorted"
+    assert search.select_method(2000, grid_up_to=4096) == "sorted"  # the grid's limit
+    assert search.select_method(100, brute_below=0, grid_up_to=0) == "sorted"
 
 
 def test_bad_inputs_raise_value_errors():
     x = np.zeros(7, np.float32)
     g = np.ones(7, bool)
     with pytest.raises(ValueError, match="k >= 1"):
-        kernels.nearest_k(x, x, g, 0)
+        search.nearest_k(x, x, g, 0)
     with pytest.raises(ValueError, match="one shape"):
-        kernels.nearest_k(x, x[:5], g, 2)
+        search.nearest_k(x, x[:5], g, 2)
     with pytest.raises(ValueError, match="one shape"):
-        kernels.nearest_k(x[None], x[None], g[None], 2)
+        search.nearest_k(x[None], x[None], g[None], 2)
     with pytest.raises(ValueError, match="one shape"):
-        kernels.nearest_k_batched(x, x, g, 2)
+        search.nearest_k_batched(x, x, g, 2)
     with pytest.raises(ValueError, match="in_game must be bool"):
-        kernels.nearest_k(x, x, g.astype(np.int32), 2)
-    with pytest.raises(ValueError, match="block_rows must be a power of two"):
-        kernels.nearest_k(x, x, g, 2, block_rows=6)
-    with pytest.raises(ValueError, match="block_cols must be a power of two"):
-        kernels.nearest_k(x, x, g, 2, block_cols=0)
-    with pytest.raises(ValueError, match="at least one tagger"):
-        kernels.nearest_tagger(x, x, x[:0], x[:0])
-    with pytest.raises(ValueError, match="at least one runner"):
-        kernels.nearest_tagger(x[:0], x[:0], x, x)
-    with pytest.raises(ValueError, match="one shape"):
-        kernels.nearest_tagger(x, x[:3], x, x)
-    with pytest.raises(ValueError, match="runners' N"):
-        kernels.nearest_tagger_batched(x[None], x[None], np.zeros((2, 3)), np.zeros((2, 3)))
-    with pytest.raises(ValueError, match="block_cols must be a power of two"):
-        kernels.nearest_tagger(x, x, x, x, block_cols=3)
+        search.nearest_k(x, x, g.astype(np.int32), 2)
+    with pytest.raises(ValueError, match="method must be one of"):
+        search.nearest_k(x, x, g, 2, method="grids")
+    with pytest.raises(ValueError, match="queries must be one of"):
+        search.nearest_k_lists(x, x, g, 2, queries="some")
+    with pytest.raises(ValueError, match="unroll must be a power of two"):
+        brute.brute_lists(x[None], x[None], g[None], 2, unroll=3)
+    with pytest.raises(ValueError, match="at most the chunk size"):
+        sorted_search.sorted_lists(x[None], x[None], g[None], 2, unroll=16)
+    big = np.zeros((1, 1025), np.float32)
+    with pytest.raises(ValueError, match="at most 1024 agents"):
+        grid.grid_lists(big, big, np.ones((1, 1025), bool), 3)
 
 
-def test_interpret_default_follows_backend():
-    assert kernels._resolve_interpret(None) == (jax.default_backend() == "cpu")
-    assert kernels._resolve_interpret(False) is False
+def test_docstring_examples():
+    result = doctest.testmod(search, verbose=False)
+    assert result.attempted >= 2 and result.failed == 0
 
 
-def test_docstring_example():
-    import doctest
-
-    result = doctest.testmod(kernels, verbose=False)
-    assert result.attempted >= 1 and result.failed == 0
+# ------------------------------------------------------------------ Triton lowering
 
 
-def test_knn_probe_checks_kernels_against_plain_jax():
-    """`knn_probe`'s GPU check, on the CPU: the brute-force kernel's lists equal the
-    plain-JAX search's on its four state kinds (ties included), and a wrong neighbour is
-    reported as a mismatch, not passed as a near-tie."""
-    import jax.numpy as jnp
+def _triton_calls(fn, *args) -> int:
+    """Lowers ``jax.jit(fn)(*args)`` for CUDA (the Pallas kernels to Triton IR, carried
+    in Triton custom calls); returns the number of Triton calls. What this cannot check
+    is Triton's own compilation to PTX and the run."""
+    text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    return text.count("__gpu$xla.gpu.triton")
 
-    from environments.tag_continuous import neighbors
-    from experiments.benchmarks import knn_probe
 
-    states = list(knn_probe.make_states(jax.random.key(3), 3, 40, 20.0).values())
-    ref_fn = jax.vmap(lambda x, y, g: neighbors.nearest_k(x, y, g, 5))
-    brute = [kernels.nearest_k_brute_batched(*s, k=5) for s in states]
-    refs = [ref_fn(*s) for s in states]
-    res = [(*b, *r) for b, r in zip(brute, refs, strict=True)]
-    assert knn_probe.check_equal(res, states) == "exact"
-    idx, valid = brute[0]
-    wrong = jnp.where(idx[0, 0, 0] == 7, 8, 7)  # another agent, not equally near
-    bad = (idx.at[0, 0, 0].set(wrong), valid)
-    assert knn_probe.check_equal([(*bad, *refs[0])], states[:1]) == "MISMATCH(1)"
+def _positions(n: int, m: int):
+    k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
+    return (
+        jax.random.uniform(k1, (n, m)) * 10,
+        jax.random.uniform(k2, (n, m)) * 10,
+        jax.random.uniform(k3, (n, m)) < 0.9,
+    )
+
+
+@pytest.mark.parametrize(
+    ("method", "m", "queries", "calls"),
+    [
+        ("brute", 44, "all", 1),
+        ("grid", 44, "in_game", 2),  # preparation + search
+        ("sorted", 44, "all", 2),  # packed keys (M <= 1024)
+        ("sorted", 1100, "all", 2),  # exact lists with the tie check
+        ("sorted", 4100, "all", 1),  # the XLA preparation (beyond the Pallas one's size)
+    ],
+)
+def test_searches_lower_to_triton(method, m, queries, calls):
+    """Each search's compiled path (``interpret=False``: the compiled unroll, the split
+    self range), vmapped over envs as the env uses it."""
+    x, y, g = _positions(1 if m > 1000 else 3, m)
+    one = functools.partial(
+        search.nearest_k_lists, k=K, method=method, queries=queries, interpret=False
+    )
+    assert _triton_calls(jax.vmap(one), x, y, g) == calls
+
+
+def test_lowering_check_sees_interpret_mode():
+    """The check is not vacuous: the same search in interpret mode has no Triton call."""
+    x, y, g = _positions(3, 44)
+    fn = lambda x, y, g: search.nearest_k_batched(x, y, g, K, method="brute", interpret=True)
+    assert _triton_calls(fn, x, y, g) == 0
