@@ -12,8 +12,6 @@ on the GPU do).
 
 from __future__ import annotations
 
-import itertools
-
 import jax
 import jax.numpy as jnp
 import pytest
@@ -128,22 +126,3 @@ def _lower_vector_step(tagger_ids, reset: str | None, extras: bool) -> None:
         )  # fmt: skip
 
     assert _lowered_triton_calls(fn, x, y, g) == 1
-
-
-def test_hash_draws_lower_to_triton() -> None:
-    """`jaxdrive.hash_draws.multi_discrete`'s kernels (Threefry: one and two hashes per
-    sample; Philox, with its inline PTX multiplies: fixed and varying column sizes),
-    alone and vmapped over keys; two groups' Philox draws in one kernel."""
-    from jaxdrive import hash_draws
-
-    for nvec, method in itertools.product(((21, 21), (3, 5, 7)), hash_draws.METHODS):
-        fn = lambda key, nv=nvec, m=method: hash_draws.multi_discrete(
-            key, (N, R), nv, use_pallas=True, interpret=False, method=m
-        )
-        assert _lowered_triton_calls(fn, jax.random.key(0)) == 1
-        assert _lowered_triton_calls(jax.vmap(fn), jax.random.split(jax.random.key(0), 3)) == 1
-    groups = lambda keys: hash_draws.multi_discrete_groups(
-        keys, [(N, T), (N, R)], [(3, 5, 7), (21, 21)], [jnp.int32] * 2, use_pallas=True,
-        interpret=False,
-    )  # fmt: skip
-    assert _lowered_triton_calls(groups, jax.random.split(jax.random.key(0))) == 1
