@@ -17,6 +17,7 @@ when tracing (and their values when called eagerly, outside `jit`).
 from __future__ import annotations
 
 import abc
+import dataclasses
 from typing import Any, Generic, TypeVar
 
 import jax
@@ -158,6 +159,39 @@ class Env(abc.ABC, Generic[StateT, ParamsT]):
         actions = check_actions(self, actions)
         return self.step_env(key, state, actions, params)
 
+    def make_params(self, **overrides: Any) -> ParamsT:
+        """`default_params` with ``overrides`` (its field names), checked by `check_params`.
+
+        Unknown field names and invalid values raise ``ValueError`` naming the field.
+        `jaxdrive.make` builds its params through this method; envs with rules of their
+        own override it (or `check_params`)."""
+        defaults = self.default_params
+        names = [f.name for f in dataclasses.fields(defaults)]
+        unknown = sorted(k for k in overrides if k not in names)
+        if unknown:
+            raise ValueError(
+                f"{self.name}: unknown {type(defaults).__name__} field(s) {unknown}; "
+                f"fields: {names}"
+            )
+        return self.check_params(defaults.replace(**overrides) if overrides else defaults)
+
+    def check_params(self, params: ParamsT) -> ParamsT:
+        """Checks the concrete (eager) values of ``params``; traced values pass as is.
+
+        Every leaf of every field must be a real number (bool, integer or float) and
+        every float finite. Raises ``ValueError`` naming the field; returns ``params``."""
+        for f in dataclasses.fields(params):
+            for leaf in jax.tree.leaves(getattr(params, f.name)):
+                if isinstance(leaf, jax.core.Tracer):
+                    continue
+                a = np.asarray(leaf)
+                where = f"{self.name}: {type(params).__name__}.{f.name}"
+                if a.dtype.kind not in "biuf":
+                    raise ValueError(f"{where} must be a real number, got {leaf!r}")
+                if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+                    raise ValueError(f"{where} must be finite, got {leaf!r}")
+        return params
+
     def sample_actions(self, key: jax.Array) -> dict[str, jax.Array]:
         """Uniformly random actions for every agent: ``{g: [A_g, *act_shape_g]}``."""
         keys = jax.random.split(key, len(self.groups))
@@ -216,12 +250,30 @@ def check_actions(env: Env, actions: Any) -> dict[str, jax.Array]:
                 f"{env.name}: actions['{g}'] must be floats for {space}, got dtype {a.dtype}"
             )
         if not isinstance(a, jax.core.Tracer):
-            with jax.ensure_compile_time_eval():
-                ok = bool(np.asarray(space.contains(np.asarray(a).astype(space.dtype))))
+            host = np.asarray(a)  # before the cast: int64 2**32 + 1 would wrap to int32 1
+            ok = _representable(host, space.dtype)
+            if ok:
+                with jax.ensure_compile_time_eval():
+                    ok = bool(np.asarray(space.contains(host.astype(space.dtype))))
             if not ok:
                 raise ValueError(
                     f"{env.name}: actions['{g}'] has values outside {space}: "
-                    f"min {np.min(a)}, max {np.max(a)}"
+                    f"min {host.min()}, max {host.max()}"
                 )
         out[g] = jnp.asarray(a).astype(space.dtype)
     return out
+
+
+def _representable(x: np.ndarray, dtype: Any) -> bool:
+    """Whether casting ``x`` to ``dtype`` keeps every value: integers within the
+    dtype's range, finite floats within its largest magnitude (NaN and infinities are
+    left to the space's own check)."""
+    if x.size == 0:
+        return True
+    if jnp.issubdtype(x.dtype, jnp.integer) and jnp.issubdtype(dtype, jnp.integer):
+        info = jnp.iinfo(dtype)
+        return int(info.min) <= int(x.min()) and int(x.max()) <= int(info.max)
+    if jnp.issubdtype(x.dtype, jnp.floating) and jnp.issubdtype(dtype, jnp.floating):
+        finite = x[np.isfinite(x)].astype(np.float64)
+        return finite.size == 0 or float(np.max(np.abs(finite))) <= float(jnp.finfo(dtype).max)
+    return True

@@ -100,14 +100,14 @@ def make(name: str, **overrides: Any) -> tuple[Env, EnvParams]:
     """Builds the env registered as ``name``; returns ``(env, params)``.
 
     ``overrides`` may name constructor options (static: shapes, counts) or fields of
-    the env's `EnvParams` (numbers). Unknown names raise ``ValueError``.
+    the env's `EnvParams` (numbers). Unknown names raise ``ValueError``. The params are
+    built by ``env.make_params`` (`Env.make_params`), so they pass the env's own
+    validation: an invalid value (NaN, out of range) raises ``ValueError`` naming the
+    field.
     """
     factory = _load(name)
     static_keys = _static_keys(factory)
     static = {k: v for k, v in overrides.items() if k in static_keys}
     env = factory(**static)
     _, param_over = split_overrides(factory, overrides, env.default_params)
-    params = env.default_params
-    if param_over:
-        params = params.replace(**param_over)
-    return env, params
+    return env, env.make_params(**param_over)
