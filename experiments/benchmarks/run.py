@@ -14,7 +14,9 @@ Suites:
            1000 envs × (10+100) per device, CartPole A2C 10,000 envs per device; weak
            (envs per device fixed) and strong (the largest count's global batch, split).
 
-Prints a table and appends one JSON line per measurement to ``--out``.
+Prints a table and appends one JSON line per measurement to ``--out`` (checked before
+any work; the file is rewritten atomically). A bad ``--out`` or ``--compare`` and any
+file-system error are one ``error: ...`` line naming the path, exit status 2.
 ``--compare=PATH[,PATH]`` reads anchor JSON lines (e.g. ``anchors/*.jsonl`` here) and
 prints ratios against the matching anchor figures.
 """
@@ -28,11 +30,13 @@ from typing import Any
 
 from absl import app, flags
 
+from experiments import common
 from experiments.benchmarks.tag_config import make_tag
 
 __all__ = [
     "BACKENDS",
     "SUITES",
+    "append_records",
     "compare",
     "load_anchors",
     "run_learning_suite",
@@ -296,22 +300,42 @@ def _row(rec: dict[str, Any]) -> str:
 
 
 def load_anchors(spec: str) -> list[dict[str, Any]]:
-    """Anchor records from comma-separated files or globs."""
+    """Anchor records from comma-separated files or globs (a pattern matching no file
+    gives none). A line starting with ``{`` that is not JSON raises ``ValueError`` naming
+    the file and line."""
     out = []
     for part in filter(None, spec.split(",")):
         for path in sorted(glob.glob(part)):
             with open(path, encoding="utf8") as fp:
-                for line in fp:
+                for lineno, line in enumerate(fp, 1):
                     line = line.strip()
-                    if line.startswith("{"):
+                    if not line.startswith("{"):
+                        continue
+                    try:
                         rec = json.loads(line)
-                        measured = rec.get("measured_env_steps_per_s_excl_first_iter")
-                        if measured and not rec.get("env_steps_per_s"):  # WarpDrive training
-                            rec["env_steps_per_s"] = measured
-                            rec["num_envs"] = rec["used_trainer_cfg"]["num_envs"]
-                        if rec.get("env_steps_per_s") and rec.get("kind") != "breakdown":
-                            out.append(rec)
+                    except json.JSONDecodeError as e:
+                        raise ValueError(f"{path}:{lineno}: not a JSON record ({e.msg})") from None
+                    measured = rec.get("measured_env_steps_per_s_excl_first_iter")
+                    if measured and not rec.get("env_steps_per_s"):  # WarpDrive training
+                        rec["env_steps_per_s"] = measured
+                        rec["num_envs"] = rec["used_trainer_cfg"]["num_envs"]
+                    if rec.get("env_steps_per_s") and rec.get("kind") != "breakdown":
+                        out.append(rec)
     return out
+
+
+def append_records(path: str, records: list[dict[str, Any]]) -> None:
+    """Appends ``records`` as JSON lines to ``path``: the file is rewritten atomically
+    (`experiments.common.write_text`), so a failed write leaves the old lines intact;
+    an ``OSError`` names the file."""
+    old = ""
+    if os.path.exists(path):
+        with open(path, encoding="utf8") as fp:
+            old = fp.read()
+    if old and not old.endswith("\n"):
+        old += "\n"
+    lines = "".join(json.dumps(rec, default=str) + "\n" for rec in records)
+    common.write_text(path, old + lines)
 
 
 def compare(records: list[dict[str, Any]], anchors: list[dict[str, Any]]) -> list[str]:
@@ -349,11 +373,22 @@ def compare(records: list[dict[str, Any]], anchors: list[dict[str, Any]]) -> lis
 
 
 def main(argv: list[str]) -> None:
-    del argv
+    """The absl entry point: a bad ``--out`` or ``--compare`` and any file-system error
+    are one ``error: ...`` line with exit status 2 (`experiments.common.exit_on_error`);
+    ``--out`` and ``--compare`` are checked before any work."""
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    common.exit_on_error(_run)
+
+
+def _run() -> None:
     import jax
 
-    from experiments.benchmarks.timing import append_jsonl
-
+    out = common.check_output_path(FLAGS.out)
+    for part in filter(None, FLAGS.compare.split(",")):
+        if not glob.glob(part):
+            raise ValueError(f"--compare={FLAGS.compare}: {part} matches no file")
+    anchors = load_anchors(FLAGS.compare)
     records = run_suite(
         FLAGS.suite, FLAGS.num_steps, FLAGS.repeats, FLAGS.backends, FLAGS.reset_mode
     )
@@ -367,14 +402,13 @@ def main(argv: list[str]) -> None:
         records += run_learning_suite(FLAGS.num_seeds)
     if FLAGS.suite == "scaling":
         records += run_scaling_suite(FLAGS.train_iterations, FLAGS.repeats)
-    for rec in records:
-        append_jsonl(FLAGS.out, rec)
     if FLAGS.compare:
         print("\nratios against anchors:")
-        for line in compare(records, load_anchors(FLAGS.compare)):
+        for line in compare(records, anchors):
             print(line)
-    print(f"\n{len(records)} results appended to {os.path.abspath(FLAGS.out)}")
+    append_records(out, records)
+    print(f"\n{len(records)} results appended to {os.path.abspath(out)}")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=common.parse_flags)
