@@ -168,10 +168,12 @@ def test_resolve_num_devices_errors():
 # ---- autoscale ------------------------------------------------------------------------------
 def test_autoscale_picks_largest_fitting_size():
     from experiments.benchmarks.training import load_config
+    from experiments.common import build
     from jaxdrive.autoscale import autoscale
 
     c = load_config("cartpole", "tiny")  # 4 envs × 16 steps
-    res = autoscale(c, memory_budget_bytes=60_000, max_envs=64, refine_steps=1)
+    make_trainer = lambda config: build(config)[2]
+    res = autoscale(c, make_trainer, memory_budget_bytes=60_000, max_envs=64, refine_steps=1)
     by_n = {t.num_envs: t for t in res.trials}
     assert by_n[res.num_envs].fits and by_n[res.num_envs].total_bytes <= 60_000
     assert any(not t.fits and t.num_envs > res.num_envs for t in res.trials)  # a miss above
@@ -181,6 +183,6 @@ def test_autoscale_picks_largest_fitting_size():
     assert res.config.num_envs == res.num_envs and c.num_envs == 4  # input untouched
     assert "chosen: num_envs=" in res.table()
     with pytest.raises(ValueError, match="does not fit the memory budget"):
-        autoscale(c, memory_budget_bytes=1000, min_envs=4, max_envs=64)
+        autoscale(c, make_trainer, memory_budget_bytes=1000, min_envs=4, max_envs=64)
     with pytest.raises(ValueError, match="memory_budget_bytes must be > 0"):
-        autoscale(c, memory_budget_bytes=0)
+        autoscale(c, make_trainer, memory_budget_bytes=0)
