@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import json
-import os
 import platform
 import statistics
 import time
@@ -38,7 +36,6 @@ from experiments.benchmarks import random_actions
 
 __all__ = [
     "EnvStepTimer",
-    "append_jsonl",
     "device_info",
     "peak_memory_bytes",
     "profile_call",
@@ -227,10 +224,3 @@ def time_env_steps(
         fold=fold,
     )  # fmt: skip
     return timer.time(repeats, profile_dir)
-
-
-def append_jsonl(path: str, record: dict[str, Any]) -> None:
-    """Appends ``record`` as one JSON line to ``path`` (creating folders)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "a", encoding="utf8") as fp:
-        fp.write(json.dumps(record, default=str) + "\n")
