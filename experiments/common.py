@@ -25,6 +25,7 @@ import importlib
 import inspect
 import json
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -120,11 +121,7 @@ def check_config(config: Any) -> None:
 def save_config(config: Any, path: str | os.PathLike) -> dict[str, Any]:
     """Writes ``config`` resolved to plain JSON at ``path``; returns that dict."""
     d = config_to_dict(config)
-    tmp = os.fspath(path) + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(d, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+    write_text(path, json.dumps(d, indent=2, sort_keys=True) + "\n")
     return d
 
 
@@ -485,4 +482,11 @@ def exit_on_error(fn: Any, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
     except (ValueError, OSError, RunLockedError, TimeoutError) as e:
         print(f"error: {error_line(e)}", file=sys.stderr, flush=True)
+        # The line above is the report: what checkpoint writer threads and unawaited
+        # coroutines print while the interpreter shuts down is not shown after it.
+        import logging as std_logging
+
+        warnings.simplefilter("ignore")
+        std_logging.disable(std_logging.CRITICAL)  # asyncio's "never retrieved" reports
+        sys.stderr = open(os.devnull, "w")  # open until the process ends
         sys.exit(2)
