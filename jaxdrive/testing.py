@@ -151,13 +151,13 @@ def _check_action_mask(env: Env, masks: Any, batch: tuple[int, ...], where: str)
         for d, n in enumerate(sizes):
             none = ~m[..., start : start + n].any(-1)  # [*batch, A_g]
             start += n
-            dim = f" in dimension {d}" if len(sizes) > 1 else ""
-            _require(
-                not none.any(), where,
-                f"action_mask['{g}'] allows no action{dim} for agent "
-                f"{tuple(int(i) for i in np.argwhere(none)[0])} (index [*batch, agent]); "
-                "every agent needs at least one allowed action",
-            )  # fmt: skip
+            if none.any():
+                dim = f" in dimension {d}" if len(sizes) > 1 else ""
+                raise EnvCheckError(
+                    f"{where}: action_mask['{g}'] allows no action{dim} for agent "
+                    f"{tuple(int(i) for i in np.argwhere(none)[0])} (index [*batch, agent]); "
+                    "every agent needs at least one allowed action"
+                )
 
 
 def check_env(

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import algorithms
 import jaxdrive
-from algorithms.common.config import base_config
+from algorithms.common.config import base_config, drop_ppo_only_keys
 from algorithms.common.networks import (
     NEG_LOGIT,
     ActionSpec,
@@ -60,10 +60,9 @@ def _masked_head(spec, logits, mask, key):
 
 
 def _allowed(mask: np.ndarray, x: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
-    """``mask [B, K]`` at actions ``x [..., B, D]``: ``[..., B, D]`` bool."""
-    offsets = np.cumsum((0, *sizes[:-1]))
-    cols = x + offsets  # [..., B, D]
-    return np.take_along_axis(np.broadcast_to(mask, (*x.shape[:-2], *mask.shape)), cols, axis=-1)
+    """``mask [..., B, K]`` (broadcast) at actions ``x [..., B, D]``: ``[..., B, D]``."""
+    cols = x + np.cumsum((0, *sizes[:-1]))  # [..., B, D] columns of the flat mask
+    return np.take_along_axis(np.broadcast_to(mask, (*x.shape[:-1], mask.shape[-1])), cols, -1)
 
 
 @settings(max_examples=12, deadline=None)
@@ -100,7 +99,7 @@ def test_masked_actions_are_never_sampled(sizes, seed, data):
         lg = np.where(mask[:, cols], logits[:, cols].astype(np.float64), -np.inf)
         logp = lg - np.logaddexp.reduce(lg, axis=-1, keepdims=True)
         p = np.exp(logp)
-        want_ent -= np.sum(np.where(mask[:, cols], p * logp, 0.0), -1)
+        want_ent -= np.sum(p * np.where(mask[:, cols], logp, 0.0), -1)
         want_lp += logp[np.arange(B), draws[0][:, d]]
     np.testing.assert_allclose(lp, want_lp, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(ent, want_ent, rtol=1e-5, atol=1e-4)
@@ -180,19 +179,21 @@ def test_auto_reset_wrapper_carries_masks():
 # ----------------------------------------------------------------------------------------
 # PPO on a masked env
 # ----------------------------------------------------------------------------------------
-def _ppo(env, iterations: int, num_envs: int = 8, num_steps: int = 16):
+def _ppo(env, iterations: int, num_envs: int = 8, num_steps: int = 16, a2c: bool = False):
     c = base_config("ppo", "masked_choice")
     c.num_envs, c.num_steps = num_envs, num_steps
     c.total_env_steps = num_envs * num_steps * iterations
     c.algo.gamma = 0.5
     c.policies.agent.hidden_sizes = (32,)
     c.policies.agent.lr = 1e-2
+    if a2c:
+        drop_ppo_only_keys(c)
     return algorithms.make_train(c, env, env.default_params)
 
 
 @pytest.mark.parametrize("env", [MaskedChoiceObs(), MaskedChoice(multi=True)], ids=str)
 def test_ppo_learns_and_never_takes_a_masked_action(env):
-    trainer = _ppo(env, iterations=16)
+    trainer = _ppo(env, iterations=10)
     rs, m = jax.jit(trainer, compiler_options=FAST)(jax.random.key(0))
     ret = np.asarray(m["episode_return/agent"])
     best = env.length * (2 if env.multi else 1)  # the best unmasked return
@@ -201,7 +202,7 @@ def test_ppo_learns_and_never_takes_a_masked_action(env):
     assert np.all(ret <= best), ret
     # Uniform over the allowed actions earns 1/3 (dimension 1: 1/2) per step.
     chance = env.length * (1 / 3 + (0.5 if env.multi else 0.0))
-    assert ret[:2].mean() < chance + 0.5 and ret[-3:].mean() > chance + 1.0, ret
+    assert ret[0] < chance + 0.5 and ret[-3:].mean() > 0.9 * best, ret
     # Trainer.act honours masks too, sampling and taking the mode.
     params = trainer.get_params(rs)
     _, ts = jaxdrive.vectorize(env, 16).reset(jax.random.key(5))
@@ -225,3 +226,15 @@ def test_all_true_mask_equals_no_mask():
     jaxdrive.testing.assert_trees_equal(
         rs_all.policies, rs_none.policies, "policy states, all-True mask vs none"
     )
+
+
+def test_a2c_learner_uses_the_rollout_masks():
+    """A2C takes one gradient step at the behaviour policy: the learner's log-probs
+    equal the rollout's (approx_kl 0) only if it masks as acting did, and the entropy
+    of a near-uniform masked policy is at most log 3 + log 2 (3 and 2 allowed actions;
+    unmasked it would be near log 4 + log 3)."""
+    trainer = _ppo(MaskedChoice(multi=True), iterations=2, num_envs=4, num_steps=8, a2c=True)
+    _, m = jax.device_get(jax.jit(trainer, compiler_options=FAST)(jax.random.key(3)))
+    np.testing.assert_allclose(m["loss/agent/approx_kl"], 0.0, atol=1e-6)
+    assert np.all(m["loss/agent/entropy"] <= np.log(3) + np.log(2) + 1e-5), m["loss/agent/entropy"]
+    assert np.all(m["loss/agent/entropy"] > 1.5)
