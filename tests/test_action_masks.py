@@ -179,7 +179,7 @@ def test_auto_reset_wrapper_carries_masks():
 # ----------------------------------------------------------------------------------------
 # PPO on a masked env
 # ----------------------------------------------------------------------------------------
-def _ppo(env, iterations: int, num_envs: int = 8, num_steps: int = 16, a2c: bool = False):
+def _trainer(env, iterations: int, num_envs: int = 8, num_steps: int = 16, a2c: bool = False):
     c = base_config("ppo", "masked_choice")
     c.num_envs, c.num_steps = num_envs, num_steps
     c.total_env_steps = num_envs * num_steps * iterations
@@ -193,7 +193,7 @@ def _ppo(env, iterations: int, num_envs: int = 8, num_steps: int = 16, a2c: bool
 
 @pytest.mark.parametrize("env", [MaskedChoiceObs(), MaskedChoice(multi=True)], ids=str)
 def test_ppo_learns_and_never_takes_a_masked_action(env):
-    trainer = _ppo(env, iterations=10)
+    trainer = _trainer(env, iterations=10)
     rs, m = jax.jit(trainer, compiler_options=FAST)(jax.random.key(0))
     ret = np.asarray(m["episode_return/agent"])
     best = env.length * (2 if env.multi else 1)  # the best unmasked return
@@ -218,7 +218,7 @@ def test_all_true_mask_equals_no_mask():
     (``where(True, logits, ·)`` is the identity; the stored mask changes no reduction)."""
     runs = {}
     for mode in ("none", "all"):
-        trainer = _ppo(MaskedChoice(mask_mode=mode), iterations=3, num_envs=4, num_steps=8)
+        trainer = _trainer(MaskedChoice(mask_mode=mode), iterations=3, num_envs=4, num_steps=8)
         runs[mode] = jax.device_get(jax.jit(trainer, compiler_options=FAST)(jax.random.key(2)))
     (rs_none, m_none), (rs_all, m_all) = runs["none"], runs["all"]
     assert rs_none.timestep.action_mask is None and rs_all.timestep.action_mask is not None
@@ -233,7 +233,7 @@ def test_a2c_learner_uses_the_rollout_masks():
     equal the rollout's (approx_kl 0) only if it masks as acting did, and the entropy
     of a near-uniform masked policy is at most log 3 + log 2 (3 and 2 allowed actions;
     unmasked it would be near log 4 + log 3)."""
-    trainer = _ppo(MaskedChoice(multi=True), iterations=2, num_envs=4, num_steps=8, a2c=True)
+    trainer = _trainer(MaskedChoice(multi=True), iterations=2, num_envs=4, num_steps=8, a2c=True)
     _, m = jax.device_get(jax.jit(trainer, compiler_options=FAST)(jax.random.key(3)))
     np.testing.assert_allclose(m["loss/agent/approx_kl"], 0.0, atol=1e-6)
     assert np.all(m["loss/agent/entropy"] <= np.log(3) + np.log(2) + 1e-5), m["loss/agent/entropy"]
