@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdrive.env import Env
+from jaxdrive.spaces import Discrete, MultiDiscrete
 from jaxdrive.types import TimeStep
 
 __all__ = ["EnvCheckError", "assert_trees_equal", "check_env", "check_timestep"]
@@ -115,6 +116,48 @@ def check_timestep(
         ts.done.shape == batch and ts.done.dtype == jnp.bool_, where,
         f"done is {ts.done.dtype}{list(ts.done.shape)}, expected bool{list(batch)}",
     )  # fmt: skip
+    if ts.action_mask is not None:
+        _check_action_mask(env, ts.action_mask, batch, where)
+
+
+def _check_action_mask(env: Env, masks: Any, batch: tuple[int, ...], where: str) -> None:
+    """``masks`` is ``{g: [*batch, A_g, K_g]}`` bool (see `TimeStep.action_mask`) with an
+    allowed action for every agent in every action dimension."""
+    groups = env.groups
+    _require(
+        isinstance(masks, dict) and set(masks) == set(groups), where,
+        f"ts.action_mask has groups {list(masks) if isinstance(masks, dict) else masks!r}, "
+        f"expected {list(groups)} (env.groups) or None",
+    )  # fmt: skip
+    for g in groups:
+        space = env.action_space(g)
+        sizes = (
+            (space.n,) if isinstance(space, Discrete)
+            else space.nvec if isinstance(space, MultiDiscrete) else None
+        )  # fmt: skip
+        _require(
+            sizes is not None, where,
+            f"action_mask['{g}'] is given for {space}: masks are for Discrete and "
+            "MultiDiscrete action spaces",
+        )  # fmt: skip
+        m = masks[g]
+        want = (*batch, env.num_agents(g), sum(sizes))
+        _require(
+            m.shape == want and m.dtype == jnp.bool_, where,
+            f"action_mask['{g}'] is {m.dtype}{list(m.shape)}, expected bool{list(want)} "
+            f"(one column per action of action_space('{g}') = {space})",
+        )  # fmt: skip
+        m, start = np.asarray(m), 0
+        for d, n in enumerate(sizes):
+            none = ~m[..., start : start + n].any(-1)  # [*batch, A_g]
+            start += n
+            if none.any():
+                dim = f" in dimension {d}" if len(sizes) > 1 else ""
+                raise EnvCheckError(
+                    f"{where}: action_mask['{g}'] allows no action{dim} for agent "
+                    f"{tuple(int(i) for i in np.argwhere(none)[0])} (index [*batch, agent]); "
+                    "every agent needs at least one allowed action"
+                )
 
 
 def check_env(
@@ -131,7 +174,9 @@ def check_env(
     (5, 21), expected (5, 22) from observation_space('runner')``.
 
     Checks: reset/step jit, vmap and scan; timestep shapes/dtypes match the spaces and
-    are the same after reset and after step (so auto-reset and scan work); the state
+    are the same after reset and after step (so auto-reset and scan work); action masks,
+    where given, are bool ``[A_g, K_g]`` with an allowed action per agent and dimension
+    and come after reset and after step (`TimeStep.action_mask`); the state
     keeps its structure; a jitted step traces once across many calls; same key gives
     the same result; ``done`` comes by ``episode_length`` steps, and an early ``done``
     has a terminated agent; `Env.observations` (when implemented) equals ``ts.obs``;
@@ -192,6 +237,11 @@ def _check_jit(env: Env, params: Any, seed: int, k_reset: jax.Array, who: str) -
     actions = env.sample_actions(jax.random.key(seed + 1))
     state1, ts1 = step(jax.random.key(seed + 2), state, actions, params)
     check_timestep(env, ts1, where=f"{who}: step")
+    _require(
+        (ts0.action_mask is None) == (ts1.action_mask is None), f"{who}: action_mask",
+        f"present after {'reset' if ts1.action_mask is None else 'step'} but not after "
+        f"{'step' if ts1.action_mask is None else 'reset'}: give masks in both or in neither",
+    )  # fmt: skip
     _same_signature(ts0, ts1, f"{who}: step", "the timestep of step differs from reset's")
     _same_signature(state, state1, f"{who}: step", "step changed the state")
     for i in range(3):

@@ -42,6 +42,16 @@ class TimeStep:
       active: ``{g: [A_g]}`` bool; the agent is in the game and acts on ``obs``.
       done: ``[]`` bool; the episode of this environment ended at this step.
       extras: env-specific values; the same tree structure after reset and step.
+      action_mask: ``None`` (every action allowed) or ``{g: [A_g, K_g]}`` bool, True
+        where agent ``i`` of group ``g`` may take that action, for groups with
+        `Discrete` or `MultiDiscrete` actions: ``K_g = n`` for ``Discrete(n)``;
+        ``K_g = sum(nvec)`` for ``MultiDiscrete(nvec)``, the dimensions' masks
+        concatenated (dimension ``d`` in columns ``[sum(nvec[:d]), sum(nvec[:d+1]))``).
+        Every agent has at least one allowed action in every dimension. An env that
+        gives masks gives them for every group, after reset and after every step (so
+        the timestep keeps one tree structure); the mask describes the actions to take
+        on ``obs``. Policies never sample a masked action; an env still accepts any
+        action of its space (treating a masked one as it documents, e.g. a no-op).
     """
 
     obs: dict[str, Array]
@@ -51,6 +61,7 @@ class TimeStep:
     active: dict[str, Array]
     done: Array
     extras: dict[str, Any] = struct.field(default_factory=dict)
+    action_mask: dict[str, Array] | None = None
 
     @classmethod
     def restart(
@@ -58,8 +69,10 @@ class TimeStep:
         obs: dict[str, Array],
         active: dict[str, Array] | None = None,
         extras: dict[str, Any] | None = None,
+        action_mask: dict[str, Array] | None = None,
     ) -> TimeStep:
-        """The first `TimeStep` of an episode: zero reward, nothing done, all active."""
+        """The first `TimeStep` of an episode: zero reward, nothing done, all active
+        unless ``active`` says otherwise, ``action_mask`` as given (``None``: no masks)."""
         zeros = {g: jnp.zeros(o.shape[:1], jnp.float32) for g, o in obs.items()}
         false = {g: jnp.zeros(o.shape[:1], bool) for g, o in obs.items()}
         if active is None:
@@ -72,6 +85,7 @@ class TimeStep:
             active=active,
             done=jnp.asarray(False),
             extras={} if extras is None else extras,
+            action_mask=action_mask,
         )
 
 

@@ -25,7 +25,7 @@ from flax import struct
 
 from jaxdrive.env import Env
 from jaxdrive.types import TimeStep
-from jaxdrive.wrappers import ResetPool, merge_reset, select_tree
+from jaxdrive.wrappers import ResetPool, merge_reset, reset_fields, select_tree
 
 __all__ = [
     "RolloutResult",
@@ -175,9 +175,9 @@ class VecEnv:
                 r_keys, params
             )
             state = jax.vmap(select_tree)(ts.done, r_state, state)
-            active = jax.vmap(select_tree)(ts.done, r_ts.active, ts.active)
+            fields = jax.vmap(reset_fields)(ts.done, r_ts, ts)  # active, action_mask
             obs = jax.vmap(self.env.observations, in_axes=(0, self.params_axis))(state, params)
-            return state, ts.replace(obs=obs, active=active)
+            return state, ts.replace(obs=obs, **fields)
 
         def with_reset(operand):
             state, ts = operand

@@ -29,6 +29,7 @@ __all__ = [
     "TimeLimit",
     "Wrapper",
     "make_reset_pool",
+    "reset_fields",
     "select_tree",
 ]
 
@@ -277,10 +278,11 @@ def make_reset_pool(env: Env, key: jax.Array, size: int, params=None) -> ResetPo
 class AutoReset(Wrapper):
     """Starts a new episode when one ends, inside `step`, for a single env.
 
-    On a step with ``ts.done``, the returned state and ``ts.obs``/``ts.active`` are the
-    new episode's; reward, terminated, truncated, done and extras stay those of the
-    finished step. With ``keep_final_obs`` the finished episode's last observation is
-    kept in ``extras["final_obs"]`` (for bootstrapping truncated episodes).
+    On a step with ``ts.done``, the returned state and ``ts.obs``/``ts.active`` (and
+    ``ts.action_mask``, where the env gives masks) are the new episode's; reward,
+    terminated, truncated, done and extras stay those of the finished step. With
+    ``keep_final_obs`` the finished episode's last observation is kept in
+    ``extras["final_obs"]`` (for bootstrapping truncated episodes).
     Resets draw from ``reset_pool`` when one is given, else call ``env.reset``.
     Under `jax.vmap` both branches run every step; `jaxdrive.vectorize` avoids that.
     """
@@ -308,15 +310,24 @@ class AutoReset(Wrapper):
         return merge_reset(ts.done, state, ts, r_state, r_ts, self.keep_final_obs)
 
 
+def reset_fields(done: jax.Array, r_ts: TimeStep, ts: TimeStep) -> dict[str, Any]:
+    """The per-agent fields an auto-reset takes from the reset's timestep ``r_ts`` where
+    ``done`` (scalar), besides the observations: ``{"active": ...}``, plus
+    ``"action_mask"`` where the env gives masks (for ``ts.replace(**...)``)."""
+    out = {"active": select_tree(done, r_ts.active, ts.active)}
+    if ts.action_mask is not None:
+        out["action_mask"] = select_tree(done, r_ts.action_mask, ts.action_mask)
+    return out
+
+
 def merge_reset(done, state, ts: TimeStep, r_state, r_ts: TimeStep, keep_final_obs: bool):
-    """Where ``done`` (scalar), takes the reset state, obs and active flags."""
+    """Where ``done`` (scalar), takes the reset state, obs, active flags and action
+    masks."""
     extras = dict(ts.extras)
     if keep_final_obs:
         extras["final_obs"] = ts.obs
     new_state = select_tree(done, r_state, state)
     ts = ts.replace(
-        obs=select_tree(done, r_ts.obs, ts.obs),
-        active=select_tree(done, r_ts.active, ts.active),
-        extras=extras,
+        obs=select_tree(done, r_ts.obs, ts.obs), extras=extras, **reset_fields(done, r_ts, ts)
     )
     return new_state, ts

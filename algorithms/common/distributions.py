@@ -10,6 +10,14 @@ them to the env's action space (identity for discrete heads, clipping to the bou
 `DiagGaussian`, an affine ``tanh`` squash for `TanhGaussian`).
 `log_prob_and_entropy` gives both terms of a learning step, for categorical heads in one
 fused pass with a hand-written VJP.
+
+**Action masks**: ``masked(mask)`` of a categorical head sets the logits of forbidden
+classes to `NEG_LOGIT`, a large negative *finite* value: their probability is exactly 0
+in float32 (``exp(NEG_LOGIT − logsumexp)`` underflows), so they are never sampled, never
+the mode and add nothing to the entropy, while log-softmax, entropy and their gradients
+stay finite (``0 · NEG_LOGIT = 0``, where ``−inf`` would give ``0 · −inf = nan``). The
+gradient to a masked logit is 0. Sampling draws ``argmax(logits + Gumbel noise)``, and
+the noise of `jax.random.categorical` is bounded far below ``|NEG_LOGIT|``.
 """
 
 from __future__ import annotations
@@ -30,7 +38,8 @@ __all__ = [
     "log_prob_and_entropy",
 ]
 
-#: Logit of a padded (impossible) category of a `MultiCategorical`.
+#: Logit of an impossible category: a padded one of a `MultiCategorical`, or one an
+#: action mask forbids.
 NEG_LOGIT = -1e9
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -114,6 +123,11 @@ class Categorical:
     def to_env(self, x: jax.Array) -> jax.Array:
         return x
 
+    def masked(self, mask: jax.Array) -> Categorical:
+        """The distribution restricted to the classes where ``mask [..., K]`` (bool) is
+        True: the others get logit `NEG_LOGIT` (probability 0)."""
+        return Categorical(jnp.where(mask, self.logits, NEG_LOGIT))
+
 
 @struct.dataclass
 class MultiCategorical:
@@ -147,6 +161,11 @@ class MultiCategorical:
 
     def to_env(self, x: jax.Array) -> jax.Array:
         return x
+
+    def masked(self, mask: jax.Array) -> MultiCategorical:
+        """The distribution restricted to the classes where ``mask [..., D, Kmax]`` (bool,
+        in the padded layout) is True: the others get logit `NEG_LOGIT`."""
+        return MultiCategorical(jnp.where(mask, self.logits, NEG_LOGIT))
 
 
 @struct.dataclass

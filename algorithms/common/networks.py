@@ -6,6 +6,8 @@ observation size; ``K`` the outputs of a policy head.
 * `ActionSpec`: the static description of a policy's action head, built from a space
   with `ActionSpec.from_space` (raises ``ValueError`` for what no head handles).
 * `ActionHead`: features ``[..., H]`` to a distribution of `algorithms.common.distributions`.
+* `mask_actions`: a categorical head's distribution restricted by an env's action mask
+  (`jaxdrive.types.TimeStep.action_mask`).
 * `ActorCritic`: an actor MLP with the head of an `ActionSpec` and a critic MLP with a
   scalar value. The critic reads ``critic_obs`` when given (a centralised critic, e.g.
   ``concat(global_state, own_obs)`` for MAPPO), else the actor's observation.
@@ -83,7 +85,9 @@ __all__ = [
     "flat_obs_size",
     "joint_head_params",
     "log_prob_and_entropy",
+    "mask_actions",
     "padded_size",
+    "split_dims",
 ]
 
 #: Continuous head kinds for `Box` actions.
@@ -209,19 +213,7 @@ class ActionHead(nn.Module):
         if spec.kind == "discrete":
             return Categorical(out)
         if spec.kind == "multi_discrete":
-            kmax = max(spec.sizes)
-            if all(n == kmax for n in spec.sizes):
-                # Same as the slices below, without their gradients' pads [..., D·K].
-                return MultiCategorical(out.reshape(*out.shape[:-1], len(spec.sizes), kmax))
-            chunks, start = [], 0
-            for n in spec.sizes:
-                c = out[..., start : start + n]
-                start += n
-                if n < kmax:
-                    pad = jnp.full((*c.shape[:-1], kmax - n), NEG_LOGIT, c.dtype)
-                    c = jnp.concatenate([c, pad], axis=-1)
-                chunks.append(c)
-            return MultiCategorical(jnp.stack(chunks, axis=-2))
+            return MultiCategorical(split_dims(out, spec.sizes, NEG_LOGIT))
         log_std = self.param(
             "log_std", nn.initializers.constant(spec.log_std_init), (spec.sizes[0],)
         )
@@ -229,6 +221,42 @@ class ActionHead(nn.Module):
         high = jnp.asarray(spec.high, jnp.float32)
         cls = DiagGaussian if spec.kind == "gaussian" else TanhGaussian
         return cls(out, jnp.broadcast_to(log_std, out.shape), low, high)
+
+
+def split_dims(x: jax.Array, sizes: tuple[int, ...], fill: Any) -> jax.Array:
+    """``[..., sum(sizes)] -> [..., D, Kmax]``: dimension ``d``'s ``sizes[d]`` columns in
+    row ``d``, padded with ``fill`` up to ``Kmax = max(sizes)`` (the `MultiCategorical`
+    layout of a flat head output or a flat action mask)."""
+    kmax = max(sizes)
+    if all(n == kmax for n in sizes):
+        # Same as the slices below, without their gradients' pads [..., D·K].
+        return x.reshape(*x.shape[:-1], len(sizes), kmax)
+    chunks, start = [], 0
+    for n in sizes:
+        c = x[..., start : start + n]
+        start += n
+        if n < kmax:
+            pad = jnp.full((*c.shape[:-1], kmax - n), fill, c.dtype)
+            c = jnp.concatenate([c, pad], axis=-1)
+        chunks.append(c)
+    return jnp.stack(chunks, axis=-2)
+
+
+def mask_actions(dist: Any, mask: jax.Array | None, spec: ActionSpec) -> Any:
+    """``dist`` restricted to the actions ``mask`` allows (`TimeStep.action_mask`'s layout:
+    ``[..., K]`` bool, ``K = spec.num_outputs``, the dimensions of a `MultiDiscrete`
+    concatenated); ``dist`` itself when ``mask`` is ``None`` (the computation is then
+    exactly the unmasked one). ``ValueError`` for a continuous head given a mask."""
+    if mask is None:
+        return dist
+    if spec.kind == "discrete":
+        return dist.masked(mask)
+    if spec.kind == "multi_discrete":
+        return dist.masked(split_dims(mask, spec.sizes, False))
+    raise ValueError(
+        f"action masks are for Discrete and MultiDiscrete actions; this policy's head is "
+        f"{spec.kind!r} (sizes {spec.sizes})"
+    )
 
 
 def joint_head_params(params: Any, spec: ActionSpec) -> tuple[jax.Array, jax.Array]:

@@ -12,12 +12,15 @@ whole iteration, pure and jittable. The pieces: `algorithms.common.on_policy_set
    parameter sharing), storing ``[T, N, A_p, ...]`` observations, raw actions,
    behaviour log-probs, values, rewards, the ``active`` mask of the observation acted
    on, terminated/truncated flags and ``V(final_obs)`` for truncation bootstraps.
+   Where the env gives action masks (`jaxdrive.types.TimeStep.action_mask`), actions
+   are sampled from the masked distribution and the mask is stored for learning.
 2. **Advantages** per policy: GAE(λ) over ``[T, N·A_p]`` (`algorithms.common.gae`),
    optionally on rewards scaled by a running std of discounted returns.
 3. **Learning** per trained policy: ``num_epochs`` passes over ``num_minibatches``
    shuffled minibatches of the ``T·N·A_p`` samples (nested `lax.scan`), the algorithm's
-   loss masked to active agents, ``clip_by_global_norm`` then Adam. Frozen policies
-   act but are never updated (their normalisation statistics stay fixed too).
+   loss masked to active agents (log-probs and entropies of the action-masked
+   distribution where the env gives masks), ``clip_by_global_norm`` then Adam. Frozen
+   policies act but are never updated (their normalisation statistics stay fixed too).
 
 Observation normalisation (``normalize_obs``) keeps per-policy running statistics,
 used unchanged for a whole iteration (rollout and learning) and updated at its end.
@@ -65,6 +68,7 @@ import jax
 import jax.numpy as jnp
 
 from algorithms.common.config import resolve_run
+from algorithms.common.networks import mask_actions
 from algorithms.common.normalization import RunningMeanStd
 from algorithms.common.on_policy_learn import learn, masked_mean, pad_minibatch_rows, row_multiple
 from algorithms.common.on_policy_rollout import rollout
@@ -127,12 +131,15 @@ def make_on_policy_trainer(
         key: jax.Array,
         obs: Mapping[str, jax.Array],
         deterministic: bool = False,
+        action_mask: Mapping[str, jax.Array] | None = None,
     ) -> dict[str, jax.Array]:
         """Env actions ``{g: [..., A_g, *act_shape]}`` for ``obs {g: [..., A_g, *O_g]}``.
 
         ``deterministic`` takes each distribution's mode; otherwise samples with ``key``.
+        ``action_mask``: the timestep's ``{g: [..., A_g, K_g]}`` masks (`ts.action_mask`),
+        honoured by both; ``None``: every action allowed.
         """
-        return _act(setup, params_by_policy, key, obs, deterministic)
+        return _act(setup, params_by_policy, key, obs, deterministic, action_mask)
 
     if setup.axis is not None:
         init, update = _shard_trainer(init, update, make_mesh(run.num_devices), names)
@@ -222,11 +229,14 @@ def _act(
     key: jax.Array,
     obs: Any,
     deterministic: bool,
+    action_mask: Mapping[str, jax.Array] | None = None,
 ) -> dict[str, jax.Array]:
     """`Trainer.act`: each policy's actions for its groups' observations."""
     env, names = setup.env, setup.names
     if not isinstance(obs, Mapping):
         obs = {env.groups[0]: obs}
+    if action_mask is not None and not isinstance(action_mask, Mapping):
+        action_mask = {env.groups[0]: action_mask}
     if jnp.asarray(key).dtype == jnp.uint32:
         key = jax.random.wrap_key_data(key)
     keys = jax.random.split(key, len(names))
@@ -242,6 +252,10 @@ def _act(
         if s.hp["normalize_obs"]:
             x = params_by_policy[p]["obs_norm"].normalize(x)
         dist = ps.net.apply(params_by_policy[p]["params"], x, method="policy")
+        if action_mask is not None:
+            m = [action_mask[g] for g in s.groups]
+            m = jnp.concatenate(m, axis=lead - 1) if len(m) > 1 else m[0]
+            dist = mask_actions(dist, m, ps.action_spec)
         raw = dist.mode() if deterministic else dist.sample(k)
         a = dist.to_env(raw)
         start = 0

@@ -4,7 +4,8 @@
 loss metrics: GAE(λ) advantages over ``[T, NL·A_p]`` (optionally on rewards scaled by a
 running std of discounted returns), then ``num_epochs`` passes over ``num_minibatches``
 minibatches of the ``M = T·NL·A_p`` samples (nested `lax.scan`), the algorithm's loss
-masked to active agents, ``clip_by_global_norm`` then Adam.
+masked to active agents, ``clip_by_global_norm`` then Adam. Where the trajectory holds
+action masks, log-probs and entropies are those of the masked distribution, as in acting.
 
 Minibatches are *stratified by env*: in each epoch every env permutes its own ``T·A_p``
 samples (key ``fold_in(k, global env index)``) and minibatch ``j`` takes the ``j``-th
@@ -27,6 +28,7 @@ import optax
 
 from algorithms.common.distributions import log_prob_and_entropy
 from algorithms.common.gae import bootstrap_values, gae_advantages
+from algorithms.common.networks import mask_actions
 from algorithms.common.normalization import RunningMeanStd
 from algorithms.common.on_policy_setup import OnPolicySetup, PolicyState
 from jaxdrive.distributed import maybe_psum
@@ -143,6 +145,8 @@ def learn(
         "target": targets.reshape(M),
         "mask": active.reshape(M),
     }
+    if "action_mask" in tr:  # the env's masks: [M, K] bool (row padding: all False)
+        batch["action_mask"] = tr["action_mask"].reshape(M, tr["action_mask"].shape[-1])
     if hp["centralized_critic"]:
         batch["row"] = jnp.arange(M, dtype=jnp.int32) // A  # index into gs_all [T*NL, C]
     obs_norm = ps.obs_norm
@@ -156,6 +160,7 @@ def learn(
         x = pol.normalize(obs_norm, mb["obs"])
         c = pol.critic_input(gs_all[mb["row"]], x) if hp["centralized_critic"] else None
         dist, v = pol.net.apply(params, x, c)
+        dist = mask_actions(dist, mb.get("action_mask"), pol.action_spec)
         logp, ent = log_prob_and_entropy(dist, mb["action"])
         a = mb["advantage"]
         if hp["normalize_advantages"]:

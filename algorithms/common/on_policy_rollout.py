@@ -4,8 +4,10 @@ Each policy acts for the agents of its groups (concatenated on the agent axis, p
 sharing); the trajectory holds, per policy, ``[T, NL, A_p, ...]`` observations (padded to
 ``O_pad``), raw actions, behaviour log-probs, values, rewards, the ``active`` mask of the
 observation acted on, terminated flags, episode ends and ``V(final_obs)`` for truncation
-bootstraps. Every per-env random draw uses ``fold_in(key, global env index)``, so the
-numbers do not depend on the device count.
+bootstraps; where the env gives action masks, also the ``[T, NL, A_p, K]`` mask the
+action was sampled under (the learner's log-probs and entropies use it). Every per-env
+random draw uses ``fold_in(key, global env index)``, so the numbers do not depend on the
+device count.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from algorithms.common.networks import cast_kernels, joint_head_params
+from algorithms.common.networks import cast_kernels, joint_head_params, mask_actions
 from algorithms.common.on_policy_setup import OnPolicySetup, RunnerState
 from jaxdrive.types import TimeStep
-from jaxdrive.wrappers import merge_reset, select_tree
+from jaxdrive.wrappers import merge_reset, reset_fields, select_tree
 
 __all__ = ["env_step", "rollout"]
 
@@ -47,9 +49,9 @@ def env_step(
         r_state, r_ts = jax.vmap(reset_one)(keys[:, 1])
         final_state = state
         state = jax.vmap(select_tree)(ts.done, r_state, state)
-        active = jax.vmap(select_tree)(ts.done, r_ts.active, ts.active)
+        fields = jax.vmap(reset_fields)(ts.done, r_ts, ts)  # active, action_mask
         observe = jax.vmap(stats_env.observations, in_axes=(0, None))
-        ts = ts.replace(obs=observe(state, env_params), active=active)
+        ts = ts.replace(obs=observe(state, env_params), **fields)
         return state, ts, lambda: observe(final_state, env_params)
 
     def with_reset(operand):
@@ -95,18 +97,23 @@ def rollout(setup: OnPolicySetup, rs: RunnerState, key: jax.Array) -> tuple[Any,
         gs_b = None if gs is None else gs[:, None, :]
         obs_p = pmap.to_policy(ts.obs, axis=1)
         active_p = pmap.to_policy(ts.active, axis=1)
+        masks = None if ts.action_mask is None else pmap.to_policy(ts.action_mask, axis=1)
         out, env_actions = {}, {}
         for p, kp in zip(names, k_pol, strict=True):
             ps = setups[p]
             obs = ps.flat_obs(obs_p[p], 2)  # [NL, A_p, O_pad]
             x, c = ps.inputs(pols[p], obs, gs_b)
+            mask = None if masks is None else masks[p]  # [NL, A_p, K] bool
 
-            def act_one(x, c, k, p=p):  # one env: x [A_p, O_pad], c [A_p, C + O] or None
+            def act_one(x, c, m, k, p=p):  # one env: x [A_p, O_pad], c [A_p, C + O] or None
                 dist, value = setups[p].net.apply(act_params[p], x, c, joints[p], method="act")
+                dist = mask_actions(dist, m, setups[p].action_spec)
                 raw = dist.sample(k)
                 return raw, dist.log_prob(raw), value, dist.to_env(raw)
 
-            raw, logp, value, env_actions[p] = jax.vmap(act_one)(x, c, setup.env_keys(kp, ids))
+            raw, logp, value, env_actions[p] = jax.vmap(act_one)(
+                x, c, mask, setup.env_keys(kp, ids)
+            )
             out[p] = {
                 "obs": obs.astype(ps.obs_dtype),
                 "action": raw,
@@ -114,6 +121,8 @@ def rollout(setup: OnPolicySetup, rs: RunnerState, key: jax.Array) -> tuple[Any,
                 "value": value,
                 "active": active_p[p],
             }
+            if mask is not None:
+                out[p]["action_mask"] = mask
         env_state, nts, final_obs = env_step(
             setup, k_env, ids, env_state, pmap.to_groups(env_actions, axis=1)
         )
