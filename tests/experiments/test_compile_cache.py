@@ -72,7 +72,7 @@ def test_second_run_loads_the_first_chunk_from_the_default_cache(tmp_path):
     assert _compiled_line(first).rstrip().endswith("from cache: no)")
     stored = _entries(cache)
     assert stored, "the first run stored no compiled program"
-    assert not os.path.exists(tmp_path / "home" / ".cache")
+    assert not os.path.exists(tmp_path / "home" / ".cache" / "jaxdrive")
     second = _train(tmp_path, str(tmp_path / "run2"))
     assert _compiled_line(second).rstrip().endswith("from cache: yes)")
     assert _entries(cache) == stored  # every program came from the cache
@@ -88,7 +88,8 @@ def test_cache_off_writes_nothing(tmp_path):
     )  # fmt: skip
     assert "the persistent cache is off" in _compiled_line(out)
     assert not folder.exists()
-    assert not (tmp_path / "xdg").exists() and not (tmp_path / "home").exists()
+    assert not (tmp_path / "xdg" / "jaxdrive").exists()
+    assert not (tmp_path / "home" / ".cache" / "jaxdrive").exists()
 
 
 def test_unwritable_cache_folder_warns_and_trains(tmp_path):
