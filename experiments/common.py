@@ -95,8 +95,9 @@ def setup_compilation_cache(enabled: bool = True, cache_dir: str | None = None) 
     and no cache, never a failed run. Only programs compiling in at least 1 s with an
     executable of at least 16 KiB are stored, unless
     ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` / ``..._MIN_ENTRY_SIZE_BYTES`` say
-    otherwise. The cache key covers the program, jax/jaxlib versions, the device kind
-    and the XLA flags, so a stale entry is never used for another setting.
+    otherwise. JAX's cache key covers the program, the jax version, the device kind,
+    the XLA flags and the folder's own path (a moved folder starts cold), so an entry
+    is never used for another setting.
     """
     import sys
     import tempfile
@@ -131,18 +132,22 @@ def setup_compilation_cache(enabled: bool = True, cache_dir: str | None = None) 
 
 def define_compilation_cache_flags() -> None:
     """Defines ``--compilation_cache`` and ``--compilation_cache_dir`` (read by
-    `compilation_cache_from_flags`)."""
+    `compilation_cache_from_flags`) as flags of the main module (``--helpshort``)."""
+    import sys
+
     from absl import flags
 
     flags.DEFINE_bool(
         "compilation_cache", True,
         "keep compiled programs in a persistent cache folder, so that a second run of "
         "the same config starts without compiling (false: neither read nor write it)",
+        module_name=sys.argv[0],
     )  # fmt: skip
     flags.DEFINE_string(
         "compilation_cache_dir", None,
         "the compilation cache folder (default: $JAX_COMPILATION_CACHE_DIR, else "
         "$JAXDRIVE_CACHE_DIR, else $XDG_CACHE_HOME/jaxdrive/xla or ~/.cache/jaxdrive/xla)",
+        module_name=sys.argv[0],
     )  # fmt: skip
 
 
