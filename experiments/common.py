@@ -68,11 +68,8 @@ REQUIRED_KEYS = ("env_name", "algorithm", "seed")
 
 # ----- flags ------------------------------------------------------------------------------
 # ----- persistent compilation cache ----------------------------------------------------
-#: Programs that compile faster than this are not stored (fixed: reading an entry back
-#: costs a few tens of milliseconds, so caching only pays for programs above ~1 s).
-_CACHE_MIN_COMPILE_SECS = 1.0
-#: Entries smaller than this are not stored (fixed: a tiny executable is a tiny program).
-_CACHE_MIN_ENTRY_BYTES = 16 * 1024
+#: Fixed: programs compiling faster than this, or smaller, are not worth a cache entry.
+_CACHE_MIN_COMPILE_SECS, _CACHE_MIN_ENTRY_BYTES = 1.0, 16 * 1024
 
 
 def default_cache_dir() -> str:
@@ -373,8 +370,7 @@ def _policy(trainer: Any, deterministic: bool):
 
 
 #: The evaluation programs of the last few (trainer, env, episodes, deterministic,
-#: max_steps): periodic evaluation during training and repeated calls reuse one traced
-#: and compiled program (the parameters are its arguments, not constants).
+#: max_steps): repeated evaluations reuse one compiled program (parameters are arguments).
 _EVAL_PROGRAMS: dict[tuple, tuple[Any, Any, Any]] = {}
 _EVAL_PROGRAMS_KEPT = 4
 
