@@ -41,8 +41,11 @@ __all__ = [
     "build",
     "check_config",
     "check_output_path",
+    "compilation_cache_from_flags",
     "config_diff",
+    "default_cache_dir",
     "default_workdir",
+    "define_compilation_cache_flags",
     "describe_devices",
     "error_line",
     "evaluate_policy",
@@ -54,6 +57,7 @@ __all__ = [
     "render_rollout",
     "run_settings",
     "save_config",
+    "setup_compilation_cache",
     "trim_jsonl",
     "write_json",
     "write_text",
@@ -64,6 +68,96 @@ REQUIRED_KEYS = ("env_name", "algorithm", "seed")
 
 
 # ----- flags ------------------------------------------------------------------------------
+# ----- persistent compilation cache ----------------------------------------------------
+#: Fixed: programs compiling faster than this, or smaller, are not worth a cache entry.
+_CACHE_MIN_COMPILE_SECS, _CACHE_MIN_ENTRY_BYTES = 1.0, 16 * 1024
+
+
+def default_cache_dir() -> str:
+    """The user's compilation cache folder: ``$JAXDRIVE_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/jaxdrive/xla``, else ``~/.cache/jaxdrive/xla``."""
+    if os.environ.get("JAXDRIVE_CACHE_DIR"):
+        return os.environ["JAXDRIVE_CACHE_DIR"]
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "jaxdrive", "xla")
+
+
+def setup_compilation_cache(enabled: bool = True, cache_dir: str | None = None) -> str | None:
+    """Turns on JAX's persistent compilation cache (before anything is compiled);
+    returns its folder, or ``None`` when it is off.
+
+    The folder is ``cache_dir``, else an explicitly set ``JAX_COMPILATION_CACHE_DIR``
+    (``jax_compilation_cache_dir``), else `default_cache_dir`. ``enabled=False`` (or
+    ``JAX_ENABLE_COMPILATION_CACHE=false``) turns it off: nothing is read or written.
+    A folder that cannot be created or written gives one ``warning:`` line on stderr
+    and no cache, never a failed run. Only programs compiling in at least 1 s with an
+    executable of at least 16 KiB are stored, unless
+    ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` / ``..._MIN_ENTRY_SIZE_BYTES`` say
+    otherwise. JAX's cache key covers the program, the jax version, the device kind,
+    the XLA flags and the folder's own path (a moved folder starts cold), so an entry
+    is never used for another setting.
+    """
+    import sys
+    import tempfile
+
+    if not enabled or not jax.config.jax_enable_compilation_cache:
+        jax.config.update("jax_enable_compilation_cache", False)
+        return None
+    path = cache_dir or jax.config.jax_compilation_cache_dir or default_cache_dir()
+    path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    try:
+        os.makedirs(path, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=path)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        cause = e.strerror or str(e)
+        print(
+            f"warning: compilation cache {path}: {cause}; running without it "
+            "(--compilation_cache_dir=<folder> chooses another)",
+            file=sys.stderr,
+            flush=True,
+        )
+        jax.config.update("jax_enable_compilation_cache", False)
+        return None
+    jax.config.update("jax_compilation_cache_dir", path)
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", _CACHE_MIN_COMPILE_SECS)
+    if "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES" not in os.environ:
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", _CACHE_MIN_ENTRY_BYTES)
+    return path
+
+
+def define_compilation_cache_flags() -> None:
+    """Defines ``--compilation_cache`` and ``--compilation_cache_dir`` (read by
+    `compilation_cache_from_flags`) as flags of the main module (``--helpshort``)."""
+    import sys
+
+    from absl import flags
+
+    flags.DEFINE_bool(
+        "compilation_cache", True,
+        "keep compiled programs in a persistent cache folder, so that a second run of "
+        "the same config starts without compiling (false: neither read nor write it)",
+        module_name=sys.argv[0],
+    )  # fmt: skip
+    flags.DEFINE_string(
+        "compilation_cache_dir", None,
+        "the compilation cache folder (default: $JAX_COMPILATION_CACHE_DIR, else "
+        "$JAXDRIVE_CACHE_DIR, else $XDG_CACHE_HOME/jaxdrive/xla or ~/.cache/jaxdrive/xla)",
+        module_name=sys.argv[0],
+    )  # fmt: skip
+
+
+def compilation_cache_from_flags() -> str | None:
+    """`setup_compilation_cache` as the flags of `define_compilation_cache_flags` say."""
+    from absl import flags
+
+    return setup_compilation_cache(
+        flags.FLAGS.compilation_cache, flags.FLAGS.compilation_cache_dir or None
+    )
+
+
 def parse_flags(argv: list[str]) -> list[str]:
     """absl's flag parsing (``app.run(main, flags_parser=parse_flags)``) with one
     ``error: ...`` line and exit status 2 for a bad flag value, a ``--config`` file that
@@ -254,8 +348,9 @@ class _OrbaxInfoFilter:
 
 
 # ----- acting -----------------------------------------------------------------------------
-def _policy(trainer: Any, params_by_policy: Any, deterministic: bool):
-    """``(key, obs) -> actions`` from ``trainer.act``, deterministic where supported."""
+def _policy(trainer: Any, deterministic: bool):
+    """``(params_by_policy, key, obs) -> actions`` from ``trainer.act``, deterministic
+    where supported."""
     if trainer.act is None:
         raise ValueError("this trainer has no `act`: it cannot be evaluated or animated")
     try:
@@ -263,12 +358,61 @@ def _policy(trainer: Any, params_by_policy: Any, deterministic: bool):
     except (TypeError, ValueError):
         accepts = False
 
-    def policy(key, obs):
+    def policy(params_by_policy, key, obs):
         if accepts:
             return trainer.act(params_by_policy, key, obs, deterministic=deterministic)
         return trainer.act(params_by_policy, key, obs)
 
     return policy
+
+
+#: The evaluation programs of the last few (trainer, env, episodes, deterministic,
+#: max_steps): repeated evaluations reuse one compiled program (parameters are arguments).
+_EVAL_PROGRAMS: dict[tuple, tuple[Any, Any, Any]] = {}
+_EVAL_PROGRAMS_KEPT = 4
+
+
+def _eval_program(
+    env: Any, trainer: Any, episodes: int, deterministic: bool, max_steps: int
+) -> Any:
+    """The jitted ``run(params_by_policy, env_params, key) -> (returns {g: [E]},
+    length [E], alive [E])`` of `evaluate_policy`, built once per setting."""
+    import jaxdrive
+
+    key = (id(trainer), id(env), episodes, bool(deterministic), max_steps)
+    if key in _EVAL_PROGRAMS:  # the entry holds trainer and env: their ids stay theirs
+        return _EVAL_PROGRAMS[key][2]
+    policy = _policy(trainer, deterministic)
+    venv = jaxdrive.vectorize(env, episodes, auto_reset=False)
+    groups = env.groups
+
+    @jax.jit
+    def run(params_by_policy, env_params, key):
+        k_reset, k_loop = jax.random.split(key)
+        state, ts = venv.reset(k_reset, env_params)
+        ret0 = {g: jnp.zeros((episodes, env.num_agents(g)), jnp.float32) for g in groups}
+        alive0 = jnp.ones((episodes,), bool)
+
+        def body(carry, k):
+            state, ts, ret, alive, length = carry
+            k_act, k_env = jax.random.split(k)
+            actions = policy(params_by_policy, k_act, ts.obs)
+            state, ts = venv.step(k_env, state, actions, env_params)
+            ret = {g: ret[g] + jnp.where(alive[:, None], ts.reward[g], 0.0) for g in groups}
+            length = length + alive.astype(jnp.int32)
+            alive = alive & ~ts.done
+            return (state, ts, ret, alive, length), None
+
+        carry = (state, ts, ret0, alive0, jnp.zeros((episodes,), jnp.int32))
+        (_, _, ret, alive, length), _ = jax.lax.scan(
+            body, carry, jax.random.split(k_loop, max_steps)
+        )
+        return {g: ret[g].mean(axis=1) for g in groups}, length, alive
+
+    while len(_EVAL_PROGRAMS) >= _EVAL_PROGRAMS_KEPT:
+        _EVAL_PROGRAMS.pop(next(iter(_EVAL_PROGRAMS)))
+    _EVAL_PROGRAMS[key] = (trainer, env, run)
+    return run
 
 
 def evaluate_policy(
@@ -282,7 +426,8 @@ def evaluate_policy(
     deterministic: bool = True,
     max_steps: int | None = None,
 ) -> dict[str, Any]:
-    """Plays ``episodes`` episodes in parallel on the device (one jitted scan).
+    """Plays ``episodes`` episodes in parallel on the device (one jitted scan, compiled
+    once per trainer, env and setting: the parameters are arguments).
 
     Each of the ``episodes`` envs runs from reset until its first ``done`` (or
     ``max_steps``, default the env's episode length or 1000); rewards after that are
@@ -290,41 +435,13 @@ def evaluate_policy(
     mean, "returns": {g: {"mean", "std", "min", "max"}}}`` where an episode's return of
     group ``g`` is the mean over its agents of each agent's summed reward.
     """
-    import jaxdrive
-
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be an integer >= 1, got {episodes!r}")
     if max_steps is None:
         max_steps = env.episode_length or 1000
     max_steps = int(max_steps)
-    policy = _policy(trainer, params_by_policy, deterministic)
-    venv = jaxdrive.vectorize(env, episodes, auto_reset=False)
-    groups = env.groups
-
-    @jax.jit
-    def run(key):
-        k_reset, k_loop = jax.random.split(key)
-        state, ts = venv.reset(k_reset, env_params)
-        ret0 = {g: jnp.zeros((episodes, env.num_agents(g)), jnp.float32) for g in groups}
-        alive0 = jnp.ones((episodes,), bool)
-
-        def body(carry, k):
-            state, ts, ret, alive, length = carry
-            k_act, k_env = jax.random.split(k)
-            actions = policy(k_act, ts.obs)
-            state, ts = venv.step(k_env, state, actions, env_params)
-            ret = {g: ret[g] + jnp.where(alive[:, None], ts.reward[g], 0.0) for g in groups}
-            length = length + alive.astype(jnp.int32)
-            alive = alive & ~ts.done
-            return (state, ts, ret, alive, length), None
-
-        carry = (state, ts, ret0, alive0, jnp.zeros((episodes,), jnp.int32))
-        (_, _, ret, alive, length), _ = jax.lax.scan(
-            body, carry, jax.random.split(k_loop, max_steps)
-        )
-        return {g: ret[g].mean(axis=1) for g in groups}, length, alive
-
-    rets, length, alive = jax.device_get(run(key))
+    run = _eval_program(env, trainer, episodes, deterministic, max_steps)
+    rets, length, alive = jax.device_get(run(params_by_policy, env_params, key))
     return {
         "episodes": episodes,
         "deterministic": bool(deterministic),
@@ -383,10 +500,10 @@ def render_rollout(
     except ImportError as e:
         logging.info("jaxdrive.render is unavailable (%s): skipping the animation", e)
         return None
-    batched = _policy(trainer, params_by_policy, deterministic)
+    batched = _policy(trainer, deterministic)
 
     def one_env_policy(k, obs):  # obs {g: [A_g, ...]} -> add then drop an env axis
-        actions = batched(k, jax.tree.map(lambda o: o[None], obs))
+        actions = batched(params_by_policy, k, jax.tree.map(lambda o: o[None], obs))
         return jax.tree.map(lambda a: a[0], actions)
 
     states = rollout_states(env, one_env_policy, key, env_params, int(num_steps))

@@ -9,6 +9,10 @@ parallel on the device (deterministic actions unless ``--nodeterministic``), pri
 mean return per group, then writes ``<workdir>/eval.json``; ``--animation=path.gif``
 also animates one episode (envs with a renderer). Bad input and file-system errors are
 one ``error: <path>: <cause>`` line, exit status 2.
+
+Compiled programs are kept in JAX's persistent compilation cache, as for
+`experiments.train` (``--compilation_cache``, ``--compilation_cache_dir``; see
+`experiments.common.setup_compilation_cache`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ __all__ = ["evaluate", "main"]
 def _restore(ckpt_dir: str, trainer: Any, step: int | None) -> tuple[Any, dict[str, Any]]:
     """The state and metadata of checkpoint ``step``, or of the newest one that restores
     and verifies (skipped newer ones are named in a warning)."""
-    target = jax.jit(trainer.init)(jax.random.PRNGKey(0))
+    target = jax.eval_shape(trainer.init, jax.random.PRNGKey(0))  # shapes: nothing compiled
     with Checkpointer(ckpt_dir, max_to_keep=None) as ckpt:
         if step is not None:
             try:
@@ -152,6 +156,7 @@ def _define_flags() -> None:
         "allow_config_change", False,
         "evaluate although config.json differs from the checkpoint's config (warns)",
     )  # fmt: skip
+    common.define_compilation_cache_flags()
     flags.mark_flag_as_required("workdir")
 
 
@@ -160,6 +165,7 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     F = flags.FLAGS
+    common.compilation_cache_from_flags()  # before anything is compiled
     common.exit_on_error(
         evaluate,
         F.workdir,

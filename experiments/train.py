@@ -19,6 +19,15 @@ same command, only process 0 writes logs), ``--coordinator_timeout`` (seconds), 
 ``--autoscale`` (pick the largest ``num_envs`` whose compiled chunk fits the device
 memory, `jaxdrive.autoscale`; ``--autoscale_budget_mib`` sets the budget on a CPU).
 
+Compilation: ``--compilation_cache`` (default true) keeps compiled programs in JAX's
+persistent compilation cache, so the same config started again (a resume, a new seed,
+another run folder) loads its programs instead of compiling them;
+``--compilation_cache_dir`` chooses the folder (default ``$JAX_COMPILATION_CACHE_DIR``,
+else ``$JAXDRIVE_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxdrive/xla`` or
+``~/.cache/jaxdrive/xla``); a folder that cannot be written is a one-line warning and a
+run without the cache (`experiments.common.setup_compilation_cache`). The first chunk is
+compiled ahead of time; the log says how long it took and whether it came from the cache.
+
 The run folder layout is described in `experiments.common`. Its rules:
 
 * **Validate, then write.** The config is checked (env and trainer built) and the
@@ -349,6 +358,7 @@ def _define_flags() -> None:
     flags.DEFINE_float(
         "autoscale_budget_mib", None, "autoscale memory budget (default: 0.9 of the device's)"
     )
+    common.define_compilation_cache_flags()
     flags.mark_flag_as_required("config")
 
 
@@ -360,6 +370,7 @@ def main(argv: list[str]) -> None:
     config = FLAGS.config
     if FLAGS.seed is not None:
         config.seed = FLAGS.seed
+    common.compilation_cache_from_flags()  # before anything is compiled
 
     def go() -> None:
         from jaxdrive import distributed

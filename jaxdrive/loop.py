@@ -14,7 +14,9 @@ iterations, the nearest divisor of it down to half of ``iterations_per_chunk`` (
 such divisor exists is the last chunk shorter and compiled too (ahead of time, once).
 Keeping the boundaries fixed makes a resumed run call the very same executables on the
 very same states as an uninterrupted one, so its numbers are bitwise equal. The runner
-state is donated to each chunk, so its buffers are reused.
+state is donated to each chunk, so its buffers are reused. Each chunk program is compiled
+ahead of time (``lower`` then ``compile``); the log says "compiling the first chunk…", then
+the lowering and XLA seconds and whether JAX's persistent compilation cache supplied it.
 
 Run folder written under ``workdir`` (every part optional when ``workdir`` is None)::
 
@@ -182,10 +184,6 @@ def _finite_flags(tree: Any) -> jax.Array:
     return jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])
 
 
-def _nonfinite_kind(x: np.ndarray) -> str:
-    return "NaN" if np.any(np.isnan(x)) else "Inf"
-
-
 def _check_metrics(metrics: dict[str, np.ndarray], iterations: np.ndarray) -> None:
     """Raises `TrainingDivergedError` at the first iteration with a non-finite checked metric."""
     found = []  # (first bad index, losses before grad norms, name)
@@ -197,7 +195,7 @@ def _check_metrics(metrics: dict[str, np.ndarray], iterations: np.ndarray) -> No
     if found:
         i, _, name = min(found)
         it = int(iterations[i])
-        kind = _nonfinite_kind(np.asarray(metrics[name][i : i + 1], np.float64))
+        kind = "NaN" if np.isnan(np.asarray(metrics[name][i], np.float64)).any() else "Inf"
         others = sorted(
             n
             for n in metrics
@@ -237,10 +235,6 @@ def _latest_values(metrics: dict[str, Any], prefix: str) -> dict[str, float]:
         if keep.any():
             out[k] = float(v[keep][-1])
     return out
-
-
-def _latest_returns(metrics: dict[str, np.ndarray]) -> dict[str, float]:
-    return _latest_values(metrics, "episode_return")
 
 
 class _Progress:
@@ -289,6 +283,29 @@ class _Progress:
             self._bar = None
 
 
+class _CacheEvents(list):
+    """The `jax.monitoring` events recorded while it is entered (the persistent
+    compilation cache records ``…/compile_requests_use_cache`` and ``…/cache_hits``)."""
+
+    def __call__(self, event: str, **kwargs: Any) -> None:
+        self.append(event)
+
+    def __enter__(self) -> _CacheEvents:
+        jax.monitoring.register_event_listener(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        jax.monitoring.unregister_event_listener(self)
+
+    def from_cache(self) -> str:
+        """``"yes"``, ``"no"`` or ``"no, the persistent cache is off"``."""
+        if "/jax/compilation_cache/cache_hits" in self:
+            return "yes"
+        if "/jax/compilation_cache/compile_requests_use_cache" in self:
+            return "no"
+        return "no, the persistent cache is off"
+
+
 class _Compiled:
     """A trainer's jitted init, finite check and ahead-of-time compiled chunks, kept per
     trainer so that repeated `train_loop` calls (resumes, notebooks) compile once."""
@@ -299,21 +316,38 @@ class _Compiled:
         self._chunk = jax.jit(trainer.chunk, static_argnums=1, donate_argnums=0)
         self._executables: dict[Any, Any] = {}
 
-    def executable(self, state: Any, k: int) -> tuple[Any, bool]:
-        """The compiled ``chunk(·, k)`` for states like ``state``; ``True`` if just built."""
+    @staticmethod
+    def _signature(state: Any, k: int) -> tuple:
         leaves, treedef = jax.tree.flatten(state)
-        sig = (
-            k,
-            treedef,
-            tuple((jnp.shape(x), jnp.result_type(x), getattr(x, "sharding", None)) for x in leaves),
-        )
+        kinds = [(jnp.shape(x), jnp.result_type(x), getattr(x, "sharding", None)) for x in leaves]
+        return (k, treedef, tuple(kinds))
+
+    def ready(self, state: Any, k: int) -> bool:
+        """Whether ``chunk(·, k)`` for states like ``state`` is already compiled."""
+        return self._signature(state, k) in self._executables
+
+    def executable(self, state: Any, k: int) -> tuple[Any, dict[str, Any] | None]:
+        """The compiled ``chunk(·, k)`` for states like ``state``, and, when it was just
+        built, ``{"lower_seconds", "compile_seconds", "from_cache"}`` (tracing and
+        lowering to StableHLO; XLA compilation or the persistent-cache load; whether the
+        persistent compilation cache supplied it), else ``None``."""
+        sig = self._signature(state, k)
         if sig in self._executables:
-            return self._executables[sig], False
+            return self._executables[sig], None
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*donated buffers.*")
-            exe = self._chunk.lower(state, k).compile()
+            t0 = time.perf_counter()
+            lowered = self._chunk.lower(state, k)
+            t1 = time.perf_counter()
+            with _CacheEvents() as events:
+                exe = lowered.compile()
+            t2 = time.perf_counter()
         self._executables[sig] = exe
-        return exe, True
+        return exe, {
+            "lower_seconds": t1 - t0,
+            "compile_seconds": t2 - t1,
+            "from_cache": events.from_cache(),
+        }
 
 
 _CACHE: weakref.WeakKeyDictionary[Trainer, _Compiled] = weakref.WeakKeyDictionary()
@@ -502,10 +536,19 @@ def _run_chunks(
     while it < total:
         end = min((it // ipc + 1) * ipc, total)
         k = end - it
-        tc = time.perf_counter()
-        executable, fresh = cache.executable(state, k)
-        if fresh:
-            compile_seconds += time.perf_counter() - tc
+        if not cache.ready(state, k):
+            what = "the first chunk" if it == start else f"the last chunk ({k} iterations)"
+            log.info("compiling %s…", what)
+            bar.update(it, prev_steps, float("nan"), f"compiling {what}…")
+        executable, built = cache.executable(state, k)
+        if built is not None:
+            took = built["lower_seconds"] + built["compile_seconds"]
+            compile_seconds += took
+            log.info(
+                "compiled in %.1f s (tracing and lowering %.1f s, XLA %.1f s; from cache: %s)",
+                took, built["lower_seconds"], built["compile_seconds"], built["from_cache"],
+            )  # fmt: skip
+            bar.update(it, prev_steps, float("nan"), f"compiled in {took:.1f} s")
         tc = time.perf_counter()
         state, metrics = executable(state)
         metrics, flags = jax.device_get((metrics, cache.finite(state)))  # one transfer
@@ -536,7 +579,7 @@ def _run_chunks(
                 bad[0],
             )
 
-        latest_ret = _latest_returns(metrics)
+        latest_ret = _latest_values(metrics, "episode_return")
         rate = (int(env_steps[-1]) - prev_steps) / secs if secs > 0 else float("nan")
         prev_steps = int(env_steps[-1])
         bar.update(end, prev_steps, rate, _returns_text(latest_ret))

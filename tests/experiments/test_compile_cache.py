@@ -1,0 +1,105 @@
+"""The experiment scripts' persistent compilation cache (`experiments.common.
+setup_compilation_cache`), through ``python -m experiments.train`` in subprocesses on a
+tiny CartPole PPO run. Every subprocess gets its own cache folder, ``HOME`` and
+``XDG_CACHE_HOME`` under ``tmp_path``: nothing is written to the user's home."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("algorithms.ppo.train")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: 2 iterations of 4 envs x 16 steps in one chunk, no animation, no progress bar.
+ARGS = (
+    "--config=experiments/configs/cartpole.py:tiny",
+    "--config.total_env_steps=128",
+    "--noprogress",
+    "--noanimation",
+)
+
+
+def _train(tmp_path, workdir: str, *extra: str) -> subprocess.CompletedProcess:
+    """``experiments.train`` with the user's cache locations inside ``tmp_path``, no
+    ``JAX_COMPILATION_CACHE_DIR`` (the scripts' default applies) and every program
+    stored (minimum compile time and entry size 0)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    env.pop("JAXDRIVE_CACHE_DIR", None)
+    env.pop("XLA_FLAGS", None)
+    env.update(
+        JAX_PLATFORMS="cpu",
+        HOME=str(tmp_path / "home"),
+        XDG_CACHE_HOME=str(tmp_path / "xdg"),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+        JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+    )
+    cmd = [sys.executable, "-m", "experiments.train", *ARGS, f"--workdir={workdir}", *extra]
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    with open(os.path.join(workdir, "summary.json")) as f:
+        assert json.load(f)["finished"]
+    return out
+
+
+def _entries(folder) -> list[str]:
+    if not os.path.isdir(folder):
+        return []
+    return sorted(n for n in os.listdir(folder) if not n.startswith("."))
+
+
+def _compiled_line(out: subprocess.CompletedProcess) -> str:
+    """The log line about the first chunk's compilation (after "compiling the first
+    chunk…")."""
+    lines = out.stderr.splitlines()
+    first = [i for i, ln in enumerate(lines) if "compiling the first chunk" in ln]
+    assert first, out.stderr[-3000:]
+    done = [ln for ln in lines[first[0] :] if "compiled in" in ln and "from cache:" in ln]
+    assert done, out.stderr[-3000:]
+    return done[0]
+
+
+def test_second_run_loads_the_first_chunk_from_the_default_cache(tmp_path):
+    """The default folder is ``$XDG_CACHE_HOME/jaxdrive/xla``; the first run fills it,
+    and the same command into a new run folder loads its first chunk from it and
+    stores nothing new."""
+    cache = tmp_path / "xdg" / "jaxdrive" / "xla"
+    first = _train(tmp_path, str(tmp_path / "run1"))
+    assert _compiled_line(first).rstrip().endswith("from cache: no)")
+    stored = _entries(cache)
+    assert stored, "the first run stored no compiled program"
+    assert not os.path.exists(tmp_path / "home" / ".cache" / "jaxdrive")
+    second = _train(tmp_path, str(tmp_path / "run2"))
+    assert _compiled_line(second).rstrip().endswith("from cache: yes)")
+    assert _entries(cache) == stored  # every program came from the cache
+
+
+def test_cache_off_writes_nothing(tmp_path):
+    """``--compilation_cache=false`` neither creates nor writes the folder, even with
+    ``--compilation_cache_dir`` naming one."""
+    folder = tmp_path / "cache"
+    out = _train(
+        tmp_path, str(tmp_path / "run"), "--compilation_cache=false",
+        f"--compilation_cache_dir={folder}",
+    )  # fmt: skip
+    assert "the persistent cache is off" in _compiled_line(out)
+    assert not folder.exists()
+    assert not (tmp_path / "xdg" / "jaxdrive").exists()
+    assert not (tmp_path / "home" / ".cache" / "jaxdrive").exists()
+
+
+def test_unwritable_cache_folder_warns_and_trains(tmp_path):
+    """A cache folder that cannot be created (its parent is a file: this holds for root
+    too) is one warning line naming it; the run trains without the cache."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder\n")
+    folder = blocker / "xla"
+    out = _train(tmp_path, str(tmp_path / "run"), f"--compilation_cache_dir={folder}")
+    warnings = [ln for ln in out.stderr.splitlines() if "compilation cache" in ln.lower()]
+    assert len(warnings) == 1, out.stderr[-3000:]
+    assert warnings[0].startswith(f"warning: compilation cache {folder}: ")
+    assert "the persistent cache is off" in _compiled_line(out)
