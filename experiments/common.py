@@ -349,19 +349,22 @@ class _OrbaxInfoFilter:
 
 # ----- acting -----------------------------------------------------------------------------
 def _policy(trainer: Any, deterministic: bool):
-    """``(params_by_policy, key, obs) -> actions`` from ``trainer.act``, deterministic
-    where supported."""
+    """``(params_by_policy, key, obs, action_mask=None) -> actions`` from ``trainer.act``,
+    deterministic and masked (`jaxdrive.TimeStep.action_mask`) where it supports them."""
     if trainer.act is None:
         raise ValueError("this trainer has no `act`: it cannot be evaluated or animated")
     try:
-        accepts = "deterministic" in inspect.signature(trainer.act).parameters
+        params = inspect.signature(trainer.act).parameters
     except (TypeError, ValueError):
-        accepts = False
+        params = {}
 
-    def policy(params_by_policy, key, obs):
-        if accepts:
-            return trainer.act(params_by_policy, key, obs, deterministic=deterministic)
-        return trainer.act(params_by_policy, key, obs)
+    def policy(params_by_policy, key, obs, action_mask=None):
+        kw = {"deterministic": deterministic} if "deterministic" in params else {}
+        if action_mask is not None:
+            if "action_mask" not in params:
+                raise ValueError("this env gives action masks, which this trainer's act ignores")
+            kw["action_mask"] = action_mask
+        return trainer.act(params_by_policy, key, obs, **kw)
 
     return policy
 
@@ -396,7 +399,7 @@ def _eval_program(
         def body(carry, k):
             state, ts, ret, alive, length = carry
             k_act, k_env = jax.random.split(k)
-            actions = policy(params_by_policy, k_act, ts.obs)
+            actions = policy(params_by_policy, k_act, ts.obs, ts.action_mask)
             state, ts = venv.step(k_env, state, actions, env_params)
             ret = {g: ret[g] + jnp.where(alive[:, None], ts.reward[g], 0.0) for g in groups}
             length = length + alive.astype(jnp.int32)

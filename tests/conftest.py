@@ -20,7 +20,10 @@ _OWNED_CACHE: list[str] = []
 
 def pytest_configure(config) -> None:
     """Set the cache's environment before any test imports jax (workers inherit it)."""
-    if os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("JAXDRIVE_TEST_XLA_CACHE") == "0":
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if os.environ.get("JAXDRIVE_TEST_XLA_CACHE") == "0":  # no cache, also in the scripts
+        os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
         return
     if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
         path = tempfile.mkdtemp(prefix="jaxdrive-xla-cache-")

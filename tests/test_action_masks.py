@@ -238,3 +238,20 @@ def test_a2c_learner_uses_the_rollout_masks():
     np.testing.assert_allclose(m["loss/agent/approx_kl"], 0.0, atol=1e-6)
     assert np.all(m["loss/agent/entropy"] <= np.log(3) + np.log(2) + 1e-5), m["loss/agent/entropy"]
     assert np.all(m["loss/agent/entropy"] > 1.5)
+
+
+def test_evaluation_honours_masks():
+    """`experiments.common.evaluate_policy` (the scripts' evaluation) passes each step's
+    masks to the policy: an untrained policy, sampling, never earns a masked action's
+    reward."""
+    from experiments.common import evaluate_policy
+
+    env = MaskedChoice()
+    trainer = _trainer(env, iterations=1)
+    params = trainer.get_params(trainer.init(jax.random.key(0)))
+    for det in (False, True):
+        res = evaluate_policy(
+            env, env.default_params, trainer, params, jax.random.key(1), episodes=8,
+            deterministic=det,
+        )  # fmt: skip
+        assert res["returns"]["agent"]["max"] <= env.length, res
