@@ -218,7 +218,7 @@ def test_grid_in_game_lists_under_vmap(states):
 
 def test_brute_padding():
     x = np.zeros((2, M), np.float32)
-    assert search.brute_padding(M) == (96, 90)  # interpret mode: rows to 32, U = 1
+    assert search.brute_padding(M, interpret=True) == (96, 90)  # rows to 32, U = 1
     assert search.brute_padding(M, interpret=False) == (96, 96)  # U = 16
     with pytest.raises(ValueError, match="brute_lists_padded needs"):
         search.brute_lists_padded(x, x, x, x, M, K)
