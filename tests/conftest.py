@@ -6,6 +6,10 @@ subprocesses. The controller points all of them at one persistent compilation ca
 in a temporary folder (removed when the run ends), so each program compiles once per
 run. A ``JAX_COMPILATION_CACHE_DIR`` already set is used as it is and kept;
 ``JAXDRIVE_TEST_XLA_CACHE=0`` turns the shared cache off.
+
+The tests run tiny programs, whose time is XLA's compile time, not their run time: the
+CPU backend compiles them without its expensive LLVM passes (``XLA_FLAGS``, inherited by
+the workers and the scripts; ``JAXDRIVE_TEST_FAST_COMPILE=0`` keeps the defaults).
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ def pytest_configure(config) -> None:
     """Set the cache's environment before any test imports jax (workers inherit it)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
+    if os.environ.get("JAXDRIVE_TEST_FAST_COMPILE") != "0":
+        fast = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {fast}".strip()
     if os.environ.get("JAXDRIVE_TEST_XLA_CACHE") == "0":  # no cache, also in the scripts
         os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
         return

@@ -15,7 +15,8 @@ import sys
 
 MODE = sys.argv[1]
 if MODE == "single":
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    flags = os.environ.get("XLA_FLAGS", "")  # the test run's compile flags, if any
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count=8".strip()
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
