@@ -41,7 +41,7 @@ lint: setup
 	$(BIN)/ruff format --check .
 
 test: lint
-	$(BIN)/python -m pytest -n 2 --durations=15
+	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=15
 
 bench: setup
 	$(BIN)/python -m experiments.benchmarks.run --suite=quick
