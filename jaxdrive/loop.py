@@ -7,16 +7,12 @@ inside). Between chunks, on the host, it fetches the chunk's stacked metrics ``[
 scalars, updates a progress bar and saves a checkpoint every
 ``checkpoint_every_chunks`` chunks and at the end.
 
-Chunk boundaries sit at multiples of the chunk size counted from iteration 0. The chunk
-size is ``iterations_per_chunk``, or, when that does not divide the number of
-iterations, the nearest divisor of it down to half of ``iterations_per_chunk`` (see
-`chunk_size`; logged once), so that one executable serves the whole run; only when no
-such divisor exists is the last chunk shorter and compiled too (ahead of time, once).
-Keeping the boundaries fixed makes a resumed run call the very same executables on the
-very same states as an uninterrupted one, so its numbers are bitwise equal. The runner
-state is donated to each chunk, so its buffers are reused. Each chunk program is compiled
-ahead of time (``lower`` then ``compile``); the log says "compiling the first chunk…", then
-the lowering and XLA seconds and whether JAX's persistent compilation cache supplied it.
+Chunk boundaries sit at multiples of the chunk size from iteration 0 (`chunk_size`: the
+nearest divisor of the iterations down to half of ``iterations_per_chunk``, so one
+executable serves the whole run; logged once). Fixed boundaries make a resumed run call
+the same executables on the same states as an uninterrupted one: bitwise equal numbers.
+The runner state is donated to each chunk. Chunks are compiled ahead of time; the log
+says how long the first took and whether the persistent compilation cache supplied it.
 
 Run folder written under ``workdir`` (every part optional when ``workdir`` is None)::
 
@@ -25,10 +21,9 @@ Run folder written under ``workdir`` (every part optional when ``workdir`` is No
     workdir/checkpoints/<n>/   orbax checkpoint after n iterations (state + metadata)
     workdir/run.lock           the advisory lock of the process writing the folder
 
-Resuming (see `jaxdrive.runfolder`): the newest checkpoint that restores and verifies
-its digest is used (damaged newer ones are named and moved to
-``checkpoints.discarded/``), and ``metrics.jsonl`` and TensorBoard are made to agree
-with it (`jaxdrive.logging`).
+Resuming (`jaxdrive.runfolder`): the newest checkpoint that restores and verifies is
+used (damaged newer ones move to ``checkpoints.discarded/``); metrics and TensorBoard are
+cut back to it (`jaxdrive.logging`).
 """
 
 from __future__ import annotations
