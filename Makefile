@@ -25,7 +25,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[dev]" $(JAX_EXTRA)
+	$(BIN)/python -m pip install -q -e ".[dev,mujoco,interop]" $(JAX_EXTRA)
 	# WarpDrive's NumPy Tag classes: the independent reference of the Tag tests.
 	$(BIN)/python -m pip install -q --no-deps rl-warp-drive==2.7.1 gym==0.26.2 gym-notices
 	rm -f $(VENV)/.installed-*
