@@ -37,14 +37,20 @@ import copy
 import dataclasses
 import importlib
 import json
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ml_collections
-import numpy as np
 
 from algorithms import ALGORITHMS
+from algorithms.common.config_rules import (
+    COMPUTE_DTYPES,
+    DDPG_RULES,
+    ON_POLICY_RULES,
+    Rule,
+    check_values,
+    integer,
+)
 from jaxdrive.env import Env
 from jaxdrive.spaces import Space
 
@@ -130,9 +136,6 @@ RUN_DEFAULTS: dict[str, Any] = {
     "animation_steps": 200,
 }
 
-#: Values of a policy's ``compute_dtype``.
-COMPUTE_DTYPES = ("float32", "bfloat16")
-
 #: PPO ``algo`` keys that A2C has no use for (it takes one unclipped step per batch).
 PPO_ONLY_KEYS = ("num_epochs", "num_minibatches", "clip_eps", "clip_value", "value_clip_eps")
 
@@ -187,9 +190,9 @@ def check_top_level(config: Any, allowed: tuple[str, ...] = TOP_LEVEL_KEYS) -> N
     if missing:
         raise ValueError(f"config is missing required key(s) {missing}")
     for k in ("num_envs", "num_steps", "total_env_steps"):
-        _integer(1)(config[k], f"config.{k}")
+        integer(1)(config[k], f"config.{k}")
     if "seed" in as_dict(config):
-        _integer(None)(config["seed"], "config.seed")
+        integer(None)(config["seed"], "config.seed")
 
 
 def merge_defaults(
@@ -224,157 +227,6 @@ def make_env(config: Any) -> tuple[Env, Any]:
 
     kwargs = as_dict(config["env_kwargs"] if "env_kwargs" in as_dict(config) else None)
     return jaxdrive.make(config["env_name"], **kwargs)
-
-
-# ----------------------------------------------------------------------------------------
-# Value rules: (value, name) -> the value as plain Python, or ValueError naming ``name``
-# ----------------------------------------------------------------------------------------
-Rule = Callable[[Any, str], Any]
-
-
-def _number(lo: float = -math.inf, hi: float = math.inf, lo_open: bool = False) -> Rule:
-    """A real number in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``), returned as float."""
-    if hi == math.inf:
-        what = f"be {'>' if lo_open else '>='} {lo:g}" if lo > -math.inf else "be finite"
-    else:
-        what = f"lie in {'(' if lo_open else '['}{lo:g}, {hi:g}]"
-
-    def check(v: Any, name: str) -> float:
-        if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating):
-            raise ValueError(f"{name} must be a number, got {v!r}")
-        f = float(v)
-        if not math.isfinite(f) or not (lo < f if lo_open else lo <= f) or not f <= hi:
-            raise ValueError(f"{name} must {what}, got {v!r}")
-        return f
-
-    return check
-
-
-def _integer(minimum: int | None) -> Rule:
-    """An integer ``>= minimum`` (any integer for ``None``), returned as int."""
-    what = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}.get(
-        minimum, f"an integer >= {minimum}"
-    )
-
-    def check(v: Any, name: str) -> int:
-        bad = isinstance(v, bool) or not isinstance(v, int | np.integer)
-        if bad or (minimum is not None and int(v) < minimum):
-            raise ValueError(f"{name} must be {what}, got {v!r}")
-        return int(v)
-
-    return check
-
-
-def _flag(v: Any, name: str) -> bool:
-    if not isinstance(v, bool | np.bool_):
-        raise ValueError(f"{name} must be True or False, got {v!r}")
-    return bool(v)
-
-
-def _choice(options: Callable[[], Sequence[str]]) -> Rule:
-    """One of ``options()`` (a callable: the lists live in modules imported on use)."""
-
-    def check(v: Any, name: str) -> Any:
-        known = tuple(options())
-        if v not in known:
-            raise ValueError(f"{name} must be one of {list(known)}, got {v!r}")
-        return v
-
-    return check
-
-
-def _sizes(v: Any, name: str) -> tuple[int, ...]:
-    """A non-empty sequence of positive layer sizes."""
-    if isinstance(v, str) or not isinstance(v, Sequence | np.ndarray) or len(v) == 0:
-        raise ValueError(f"{name} must list at least one layer size, got {v!r}")
-    return tuple(_integer(1)(h, f"{name} entries") for h in v)
-
-
-def _max_grad_norm_or_off(v: Any, name: str) -> float:
-    return 0.0 if v is None else _number(0.0)(v, name)
-
-
-def _activations() -> Sequence[str]:
-    from algorithms.common.layers import ACTIVATIONS
-
-    return sorted(ACTIVATIONS)
-
-
-def _schedules() -> Sequence[str]:
-    from algorithms.common.schedules import SCHEDULES
-
-    return SCHEDULES
-
-
-def _head_kinds() -> Sequence[str]:
-    from algorithms.common.networks import HEAD_KINDS
-
-    return HEAD_KINDS
-
-
-_COMMON_RULES: dict[str, Rule] = {
-    "gamma": _number(0.0, 1.0),
-    "hidden_sizes": _sizes,
-    "activation": _choice(_activations),
-    "frozen": _flag,
-}
-
-#: Value rules of the PPO and A2C hyper-parameters (policy keys and ``algo`` keys).
-ON_POLICY_RULES: dict[str, Rule] = {
-    **_COMMON_RULES,
-    "gae_lambda": _number(0.0, 1.0),
-    "num_epochs": _integer(1),
-    "num_minibatches": _integer(1),
-    "clip_eps": _number(0.0),
-    "clip_value": _flag,
-    "value_clip_eps": _number(0.0),
-    "vf_coef": _number(0.0),
-    "ent_coef": _number(0.0),
-    "ent_schedule": _choice(_schedules),
-    "ent_coef_final": _number(0.0),
-    "lr": _number(0.0, lo_open=True),
-    "lr_schedule": _choice(_schedules),
-    "max_grad_norm": _number(0.0, lo_open=True),
-    "adam_eps": _number(0.0, lo_open=True),
-    "normalize_advantages": _flag,
-    "normalize_obs": _flag,
-    "normalize_rewards": _flag,
-    "centralized_critic": _flag,
-    "shared_torso": _flag,
-    "action_head": _choice(_head_kinds),
-    "log_std_init": _number(),
-    "input_pad_multiple": _integer(1),
-    "compute_dtype": _choice(lambda: COMPUTE_DTYPES),
-}
-
-#: Value rules of the DDPG hyper-parameters (policy keys and ``algo`` keys).
-DDPG_RULES: dict[str, Rule] = {
-    **_COMMON_RULES,
-    "tau": _number(0.0, 1.0, lo_open=True),
-    "buffer_size": _integer(1),
-    "batch_size": _integer(1),
-    "learning_starts": _integer(0),
-    "updates_per_iteration": _integer(1),
-    "noise": _choice(lambda: ("gaussian", "ou")),
-    "noise_scale": _number(0.0),
-    "ou_theta": _number(0.0, 1.0, lo_open=True),
-    "ou_sigma": _number(0.0),
-    "max_grad_norm": _max_grad_norm_or_off,  # 0 or None: no clipping
-    "actor_lr": _number(0.0, lo_open=True),
-    "critic_lr": _number(0.0, lo_open=True),
-}
-
-
-def check_values(
-    values: Mapping[str, Any], rules: Mapping[str, Rule], names: Mapping[str, str]
-) -> dict[str, Any]:
-    """``values`` with every key that has a rule checked and converted to plain Python;
-    ``names[key]`` is how a message names it (e.g. ``"config.algo.clip_eps"``)."""
-    out = dict(values)
-    for k, rule in rules.items():
-        if k in out:
-            out[k] = rule(out[k], names.get(k, k))
-    return out
 
 
 # ----------------------------------------------------------------------------------------
