@@ -464,16 +464,21 @@ def evaluate_policy(
 
 
 # ----- animation --------------------------------------------------------------------------
-def find_renderer(env: Any) -> Any | None:
-    """``render(env, state, params) -> uint8 [H, W, 3]`` from the ``render`` module of the
-    env's package (``environments/<env>/render.py``), or ``None`` when it has none."""
+def find_renderer(env: Any, params: Any = None) -> Any | None:
+    """``draw(state) -> uint8 [H, W, 3]`` for one env's states, from the ``render`` module
+    of the env's package (``environments/<env>/render.py``): its ``make_renderer(env,
+    params)`` (a figure built once for many frames) or else its ``render(env, state,
+    params)``; ``None`` when the package has no renderer."""
     base = getattr(env, "unwrapped", env)
     package = type(base).__module__.rsplit(".", 1)[0]
     try:
         module = importlib.import_module(f"{package}.render")
     except ImportError:
         return None
-    return getattr(module, "render", None)
+    if hasattr(module, "make_renderer"):
+        return module.make_renderer(env, params)
+    render = getattr(module, "render", None)
+    return None if render is None else (lambda state: render(env, state, params))
 
 
 def render_rollout(
@@ -494,8 +499,8 @@ def render_rollout(
     `animate`); returns the written path, or ``None`` (with a log line) when the env
     has no renderer or the rendering helpers are missing.
     """
-    render = find_renderer(env)
-    if render is None:
+    draw = find_renderer(env, env_params)
+    if draw is None:
         logging.info("no renderer for %s: skipping the animation", type(env).__name__)
         return None
     try:
@@ -510,7 +515,7 @@ def render_rollout(
         return jax.tree.map(lambda a: a[0], actions)
 
     states = rollout_states(env, one_env_policy, key, env_params, int(num_steps))
-    out = animate(states, lambda s: render(env, s, env_params), path, fps=fps)
+    out = animate(states, draw, path, fps=fps)
     return os.fspath(out)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from environments.tag_continuous.render import make_renderer
 from environments.tag_continuous.render import render as render_continuous
 from environments.tag_gridworld import TagGridWorld, TagGridWorldState
 from environments.tag_gridworld import render as render_grid
@@ -121,6 +122,11 @@ def test_continuous_render_real_env():
     assert [int(s.t) for s in states] == [0, 1, 2, 3]
     runners = [i for i in range(7) if i not in set(env.tagger_ids)]
     _check_continuous(env, states[-1], runner_ids=runners[:3])
+    # One figure redrawn per state (blitting over a saved background) gives exactly the
+    # frames of a fresh figure per state, in any order.
+    draw = make_renderer(env)
+    for s in [*states[::-1], states[0]]:
+        np.testing.assert_array_equal(draw(s), render_continuous(env, s))
 
 
 # -------------------------------------------------------------------------- helpers
