@@ -97,7 +97,9 @@ def _min_mixer_grad(key):
     # random weights (not the init's): monotonicity must not depend on them
     leaves, tree = jax.tree.flatten(params)
     keys = jax.random.split(k_p, len(leaves))
-    params = tree.unflatten([3.0 * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)])
+    params = tree.unflatten(
+        [3.0 * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves, strict=True)]
+    )
     q = 5.0 * jax.random.normal(k_q, (32, 4))
     s = 5.0 * jax.random.normal(k_s, (32, 6))
     grad = jax.vmap(jax.grad(lambda q1, s1: _mixer.apply(params, q1, s1)))(q, s)
