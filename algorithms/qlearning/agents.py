@@ -87,7 +87,9 @@ class QPolicy:
 
     @property
     def carry_size(self) -> int:
-        return int(self.hp.get("gru_size", 0))
+        """``H``: the GRU size; 1 for a feed-forward network (a dummy carry: checkpoints
+        cannot hold zero-size arrays)."""
+        return max(int(self.hp.get("gru_size", 0)), 1)
 
     def flat(self, obs: jax.Array, lead: int) -> jax.Array:
         """``[*lead, A_p, *O_shape] -> [*lead, A_p, O]`` float32."""

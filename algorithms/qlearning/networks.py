@@ -33,7 +33,7 @@ __all__ = ["AgentQNetwork", "QMixer", "agent_inputs", "next_q", "unroll", "vdn_m
 class AgentQNetwork(nn.Module):
     """``(carry [..., H], x [..., I]) -> (carry', q [..., n])`` for one step.
 
-    ``gru_size = 0``: feed-forward (the carry is ``[..., 0]`` and passes through).
+    ``gru_size = 0``: feed-forward (the carry, of any size, passes through unchanged).
     Torso layers: orthogonal init (gain √2), optional LayerNorm, then ``activation``; the
     Q head has orthogonal init with gain 1.
     """
