@@ -260,15 +260,13 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
         metrics, last_return = ag.episode_metrics(
             env.groups, ep["done"], ep["episode_return"], rs.last_return
         )
-        q = []
+        losses, q = {}, []
         for n, k in zip(txs, jax.random.split(k_learn, max(len(txs), 1)), strict=False):
-            policies[n], metrics[f"loss/{n}"] = learn(n, rs.policies[n], traj[n], k)
+            policies[n], losses[n] = learn(n, rs.policies[n], traj[n], k)
             q.append(jnp.mean(traj[n]["q"]))
-        metrics["q_mean"] = jnp.mean(jnp.stack(q)) if q else jnp.zeros((), jnp.float32)
-        metrics["epsilon"] = eps_fn[next(iter(pols))](env_steps)
         iteration = rs.iteration + 1
-        metrics["env_steps"] = iteration.astype(jnp.float32) * float(N * T)
-        metrics = {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
+        eps = eps_fn[next(iter(pols))](env_steps)
+        metrics = ag.finish_metrics(metrics, losses, q, eps, iteration, N * T)
         new = RunnerState(
             policies=policies,
             env_state=env_state,
@@ -279,16 +277,4 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
         )
         return new, metrics
 
-    def get_params(rs: RunnerState) -> dict[str, Any]:
-        """``{policy: {"agent": params}}``."""
-        return {n: ps.params for n, ps in rs.policies.items()}
-
-    return Trainer(
-        init=init,
-        update=update,
-        num_iterations=run.num_iterations,
-        env_steps_per_iteration=N * T,
-        config=config,
-        get_params=get_params,
-        act=ag.make_act(pols, env),
-    )
+    return ag.make_trainer(config, run, pols, init, update)

@@ -33,6 +33,7 @@ from algorithms.common.schedules import SCHEDULES, make_schedule
 from algorithms.qlearning import targets as tg
 from algorithms.qlearning.networks import AgentQNetwork, agent_inputs
 from jaxdrive.spaces import Discrete
+from jaxdrive.training import Trainer
 from jaxdrive.types import TimeStep
 from jaxdrive.wrappers import reset_fields, select_tree
 
@@ -44,9 +45,11 @@ __all__ = [
     "env_step",
     "episode_metrics",
     "epsilon_schedule",
+    "finish_metrics",
     "global_state_size",
     "init_params",
     "make_act",
+    "make_trainer",
     "optimizer",
     "q_policy",
 ]
@@ -205,6 +208,45 @@ def episode_metrics(
         metrics[f"episode_return/{g}"] = new_last[g]
     metrics["episodes_done"] = n_done
     return metrics, new_last
+
+
+def finish_metrics(
+    metrics: dict[str, jax.Array],
+    losses: Mapping[str, jax.Array],
+    q_means: list[jax.Array],
+    epsilon: jax.Array,
+    iteration: jax.Array,
+    steps_per_iteration: int,
+) -> dict[str, jax.Array]:
+    """``metrics`` plus ``loss/<policy>``, ``q_mean`` (mean of ``q_means``; 0 without
+    any), ``epsilon`` and ``env_steps`` (after ``iteration`` iterations), all float32."""
+    metrics = dict(metrics)
+    for name, loss in losses.items():
+        metrics[f"loss/{name}"] = loss
+    metrics["q_mean"] = jnp.mean(jnp.stack(q_means)) if q_means else jnp.zeros(())
+    metrics["epsilon"] = epsilon
+    metrics["env_steps"] = iteration.astype(jnp.float32) * float(steps_per_iteration)
+    return {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
+
+
+def make_trainer(
+    config: Any, run: Any, pols: Mapping[str, QPolicy], init: Any, update: Any
+) -> Trainer:
+    """The `Trainer` of a Q-learning program: ``get_params(rs)`` gives every policy's
+    ``rs.policies[p].params`` (``{"agent": ...[, "mixer": ...]}``), ``act`` is `make_act`'s."""
+
+    def get_params(rs: Any) -> dict[str, Any]:
+        return {n: ps.params for n, ps in rs.policies.items()}
+
+    return Trainer(
+        init=init,
+        update=update,
+        num_iterations=run.num_iterations,
+        env_steps_per_iteration=run.num_envs * run.num_steps,
+        config=config,
+        get_params=get_params,
+        act=make_act(pols, run.env),
+    )
 
 
 def make_act(pols: Mapping[str, QPolicy], env: Any):

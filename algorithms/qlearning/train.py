@@ -436,14 +436,15 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
         metrics, last_return = ag.episode_metrics(
             env.groups, ep["done"], ep["episode_return"], rs.last_return
         )
-        for n, st in stats.items():
-            metrics[f"loss/{n}"] = st["loss"]
-        q = [st["q_mean"] for st in stats.values()]
-        metrics["q_mean"] = jnp.mean(jnp.stack(q)) if q else jnp.zeros((), jnp.float32)
-        metrics["epsilon"] = eps_fn[next(iter(pols))](env_steps)
         iteration = rs.iteration + 1
-        metrics["env_steps"] = iteration.astype(jnp.float32) * float(N * T)
-        metrics = {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
+        metrics = ag.finish_metrics(
+            metrics,
+            {n: st["loss"] for n, st in stats.items()},
+            [st["q_mean"] for st in stats.values()],
+            eps_fn[next(iter(pols))](env_steps),
+            iteration,
+            N * T,
+        )
         new = RunnerState(
             policies=policies,
             buffers=buffers,
@@ -458,16 +459,4 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
         )
         return new, metrics
 
-    def get_params(rs: RunnerState) -> dict[str, Any]:
-        """``{policy: {"agent": params[, "mixer": params]}}``."""
-        return {n: ps.params for n, ps in rs.policies.items()}
-
-    return Trainer(
-        init=init,
-        update=update,
-        num_iterations=run.num_iterations,
-        env_steps_per_iteration=N * T,
-        config=config,
-        get_params=get_params,
-        act=ag.make_act(pols, env),
-    )
+    return ag.make_trainer(config, run, pols, init, update)
