@@ -22,17 +22,6 @@ function that jits as a whole:
 One device only (``num_devices = 1``). Metrics: ``episode_return/<group>``,
 ``episodes_done``, ``env_steps``, ``epsilon``, ``loss/<policy>``, ``q_mean`` (mean
 ``Q(s_t, a_t)`` of the rollout over learning policies).
-
-Example:
-    >>> import jax, jaxdrive
-    >>> from algorithms.pqn import default_config, make_train
-    >>> c = default_config()
-    >>> c.num_envs, c.num_steps, c.total_env_steps = 2, 4, 16
-    >>> c.algo.num_minibatches = 2
-    >>> c.policies.agent.hidden_sizes = (8,)
-    >>> _, metrics = jax.jit(make_train(c))(jax.random.key(0))
-    >>> metrics["env_steps"].tolist()
-    [8.0, 16.0]
 """
 
 from __future__ import annotations

@@ -157,12 +157,12 @@ class QMixer(nn.Module):
 
     @nn.compact
     def __call__(self, q: jax.Array, state: jax.Array) -> jax.Array:
-        a, e = q.shape[-1], int(self.embed_dim)
-        state = state.astype(jnp.float32)
+        lead, a, e = q.shape[:-1], q.shape[-1], int(self.embed_dim)
+        q = q.reshape(-1, a)  # [M, A]: one GEMM per layer over every leading index
+        state = state.astype(jnp.float32).reshape(q.shape[0], -1)  # [M, S]
         w1 = jnp.abs(_HyperNet(self.hypernet_hidden, a * e, self.init_scale)(state))
-        w1 = w1.reshape(*state.shape[:-1], a, e)
         b1 = nn.Dense(e, kernel_init=nn.initializers.orthogonal(self.init_scale))(state)
         w2 = jnp.abs(_HyperNet(self.hypernet_hidden, e, self.init_scale)(state))
-        b2 = _HyperNet(e, 1, self.init_scale)(state)[..., 0]
-        hidden = nn.elu(jnp.einsum("...a,...ae->...e", q, w1) + b1)
-        return jnp.einsum("...e,...e->...", hidden, w2) + b2
+        b2 = _HyperNet(e, 1, self.init_scale)(state)[:, 0]
+        hidden = nn.elu(jnp.sum(q[:, :, None] * w1.reshape(-1, a, e), axis=1) + b1)
+        return (jnp.sum(hidden * w2, axis=-1) + b2).reshape(lead)
