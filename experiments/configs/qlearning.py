@@ -15,7 +15,7 @@ and quick CPU runs): ``--config=experiments/configs/qlearning.py:qmix_spread,tin
   every 200 updates, ε 1 → 0.05 over the first 10%, mixer 32/128).
 * ``qmix_smax``: QMIX on SMAX ``3s5z`` through the JaxMARL adapter with JaxMARL's SMAX
   settings (``ql_rnn_smax.yaml``: 16 envs × 128 steps, 512-unit GRU agents, 8 updates
-  per iteration, lr 5e-5, targets copied every 10 updates, γ = 0.99, rewards × 10).
+  per iteration, lr 5e-5, targets copied every 10 iterations, γ = 0.99, rewards × 10).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _qmix_smax() -> ml_collections.ConfigDict:
     c.num_envs, c.num_steps, c.total_env_steps = 16, 128, 10_000_000
     c.algo.update(
         updates_per_iteration=8,
-        target_update_interval=10,
+        target_update_interval=80,  # JaxMARL's 10 iterations of 8 updates
         max_grad_norm=10.0,
         reward_scale=10.0,
         mixer_embed_dim=64,
