@@ -5,8 +5,11 @@ Runs (configs of `experiments.configs.qlearning`):
 * ``pqn_cartpole``: PQN on CartPole-v1 (``num_seeds`` vmapped seeds), target 475;
 * ``vdn_spread``, ``qmix_spread``, ``iql_spread``: MPE ``simple_spread`` for
   ``spread_env_steps`` env steps (one seed each), target −40 (JaxMARL's VDN reaches
-  about −35 to −40 on its published curves). Skipped, with a record saying why, when the
-  ``MPE_simple_spread_v3`` env is not registered.
+  about −35 to −40 on its published curves). Their returns are in JaxMARL's MPE units:
+  JaxMARL's ``MPELogWrapper`` logs every agent's reward times the number of agents, so
+  the per-agent mean return here is multiplied by the 3 agents (``return_scale``).
+  Skipped, with a record saying why, when the ``MPE_simple_spread_v3`` env is not
+  registered.
 
 Each run is one compiled program (``jax.vmap`` over seeds) timed from the first call,
 compile included. The record holds the final return (mean over the episodes of the
@@ -68,6 +71,7 @@ def _run(name: str, config: Any, num_seeds: int, target: float) -> dict[str, Any
     train_s = time.perf_counter() - t1
     metrics = jax.device_get(metrics)
     group = env.groups[0]
+    scale = float(env.num_agents(group)) if config.env_name == _SPREAD_ENV else 1.0
     K = trainer.num_iterations
     points = sorted({max(round(K * (i + 1) / _CURVE_POINTS), 1) for i in range(_CURVE_POINTS)})
     curve = []
@@ -77,10 +81,10 @@ def _run(name: str, config: Any, num_seeds: int, target: float) -> dict[str, Any
             {
                 "env_steps": k * trainer.env_steps_per_iteration,
                 "wall_s": round(compile_s + train_s * k / K, 2),
-                "return": _json_float(np.mean(_mean_return(part, group))),
+                "return": _json_float(scale * np.mean(_mean_return(part, group))),
             }
         )
-    final = _mean_return(metrics, group)
+    final = scale * _mean_return(metrics, group)
     return {
         "bench": "marl_learning",
         "name": name,
@@ -92,6 +96,7 @@ def _run(name: str, config: Any, num_seeds: int, target: float) -> dict[str, Any
         "train_s": round(train_s, 2),
         "wall_s_incl_compile": round(compile_s + train_s, 2),
         "final_returns": [_json_float(x) for x in final],
+        "return_scale": scale,
         "target": target,
         "reached": bool(np.nanmean(final) >= target) if np.isfinite(final).any() else False,
         "curve": curve,
