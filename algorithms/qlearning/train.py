@@ -15,9 +15,9 @@ function that jits as a whole:
    (`replay`, a ring buffer of ``buffer_size`` sequences): observations, the
    observation each step led to before any reset (``next_obs``: truncated episodes
    bootstrap from it), actions, last actions, rewards, terminal flags, episode ends and
-   starts, action masks, global states (QMIX) and the hidden state the sequence
-   started from (R2D2's stored state). ``num_steps = 1`` with ``gru_size = 0`` is a
-   plain transition replay (DQN).
+   starts, the action masks of ``next_obs``, global states (QMIX) and the hidden state
+   the sequence started from (R2D2's stored state). ``num_steps = 1`` with
+   ``gru_size = 0`` is a plain transition replay (DQN).
 3. **Learn** (once ``learning_starts`` env steps are done and ``batch_size`` sequences
    are stored, under a `lax.cond`): ``updates_per_iteration`` gradient steps on
    ``batch_size`` sequences drawn uniformly. Online and target networks are unrolled
@@ -318,8 +318,7 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
             "first": jnp.zeros((T,), bool),
             "carry0": jnp.zeros((A, p.carry_size), jnp.float32),  # [A, H], no T axis
         }
-        if has_masks:
-            item["mask"] = jnp.zeros((T, A, p.num_actions), bool)
+        if has_masks:  # the masks of next_obs (for the bootstrap's argmax/max)
             item["next_mask"] = jnp.zeros((T, A, p.num_actions), bool)
         if need_gs:
             item["state"] = f32(gs_size)
@@ -391,8 +390,6 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
                     "first": first,
                     "active": pmap.to_policy(ts.active, axis=1)[n].astype(jnp.float32),
                 }
-                if mask is not None:
-                    out[n]["mask"] = mask
                 if gs is not None:
                     out[n]["state"] = gs
             env_state, nts, final = ag.env_step(
