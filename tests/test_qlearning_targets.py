@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from algorithms.qlearning import replay
 from algorithms.qlearning import targets as tg
-from algorithms.qlearning.networks import AgentQNetwork, QMixer, agent_inputs, unroll, vdn_mix
+from algorithms.qlearning.networks import (
+    AgentQNetwork,
+    QMixer,
+    agent_inputs,
+    next_q,
+    unroll,
+    vdn_mix,
+)
 
 _SETTINGS = settings(max_examples=8, deadline=None)
 
@@ -144,27 +151,23 @@ def test_replay_ring_matches_a_python_list():
 
 def test_unroll_resets_the_hidden_state_at_episode_starts():
     net = AgentQNetwork(num_actions=3, hidden_sizes=(8,), gru_size=6)
-    x = jax.random.normal(jax.random.key(1), (5, 2, 4))
-    params = net.init(jax.random.key(0), jnp.zeros((1, 6)), jnp.zeros((1, 4)))
-    first = jnp.array([[1, 1], [0, 0], [0, 1], [0, 0], [0, 0]], bool)
+    x = jax.random.normal(jax.random.key(1), (4, 2, 5))
+    params = jax.jit(net.init)(jax.random.key(0), jnp.zeros((1, 6)), jnp.zeros((1, 5)))
+    first = jnp.array([[1, 0], [0, 0], [0, 1], [0, 0]], bool)
     carry0 = jax.random.normal(jax.random.key(2), (2, 6))
-
-    @jax.jit
-    def both(params, carry0, x, first):
-        _, q = unroll(net, params, carry0, x, first)
-        h, steps = carry0, []
-        for t in range(x.shape[0]):  # step by step, with the network's own call
-            h = jnp.where(first[t][:, None], 0.0, h)
-            h, q_t = net.apply(params, h, x[t])
-            steps.append(q_t)
-        return q, jnp.stack(steps)
-
-    q, q_steps = both(params, carry0, x, first)
-    np.testing.assert_allclose(q, q_steps, rtol=1e-5, atol=1e-6)
-    # column 1 restarts at step 2: from there its Q-values ignore the earlier steps
-    q2, _ = both(params, carry0, x.at[:2].set(7.0), first)
+    run = jax.jit(lambda x: unroll(net, params, carry0, x, first))
+    h, q = run(x)
+    # column 0 starts an episode at step 0: the stored carry is ignored there
+    _, q0 = net.apply(params, jnp.zeros((1, 6)), x[0, :1])
+    np.testing.assert_allclose(q[0, 0], q0[0], rtol=1e-5, atol=1e-6)
+    # column 1 continues from its stored carry, then restarts at step 2: what came
+    # before step 2 changes its Q-values before, never after
+    h2, q2 = run(x.at[:2].set(7.0))
+    assert not np.allclose(q2[1, 1], q[1, 1])
     np.testing.assert_allclose(q2[2:, 1], q[2:, 1], rtol=1e-5, atol=1e-6)
-    assert not np.allclose(q2[2:, 0], q[2:, 0])
+    # one more step from each state (the bootstrap's next Q) continues the recurrence
+    q_next = jax.jit(lambda h, x: next_q(net, params, h, x))(h[:-1], x[1:])
+    np.testing.assert_allclose(q_next[:, 0], q[1:, 0], rtol=1e-5, atol=1e-6)
 
 
 def test_agent_inputs_layout():
