@@ -54,6 +54,10 @@ __all__ = [
     "q_policy",
 ]
 
+#: Env batches up to this size reset by selection in `env_step` (`jaxdrive.VecEnv`'s
+#: default threshold).
+_SELECT_RESET_MAX_ENVS = 2048
+
 #: Value rules shared by the Q-learning trainers' hyper-parameters.
 Q_RULES = {
     **COMMON_RULES,
@@ -164,7 +168,12 @@ def env_step(
     """Steps ``N`` envs (``stats_env``: an `EpisodeStats`-wrapped env) and resets those
     whose episode ended. Returns ``(state, ts, final)``: ``final`` holds what the
     transition's next state was before any reset: ``"obs"`` ``{g: [N, A_g, ...]}``,
-    ``"action_mask"`` (or None) and, with ``need_gs``, ``"global_state"`` ``[N, S]``."""
+    ``"action_mask"`` (or None) and, with ``need_gs``, ``"global_state"`` ``[N, S]``.
+
+    Up to 2048 envs, a reset is computed for every env and selected
+    where the episode ended (as `jaxdrive.VecEnv` does at small batches: cheaper than
+    the branch's device-to-host read of its predicate on a GPU); above, the resets run
+    under a `lax.cond` on "any episode ended". The results are the same."""
     n = jax.tree.leaves(env_state)[0].shape[0]
     keys = jax.random.split(key, (2, n))
     state, ts = jax.vmap(stats_env.step, in_axes=(0, 0, 0, None))(
@@ -185,6 +194,8 @@ def env_step(
 
         return jax.vmap(merge)(ts.done, state, ts, r_state, r_ts)
 
+    if n <= _SELECT_RESET_MAX_ENVS:
+        return (*with_reset((state, ts)), final)
     state, ts = jax.lax.cond(jnp.any(ts.done), with_reset, lambda op: op, (state, ts))
     return state, ts, final
 
