@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -71,12 +72,12 @@ def vdn_masked():
     env = MaskedChoice(agents=2, num_choices=4, length=4)
     trainer = algorithms.make_train(_masked_config("vdn"), env, env.default_params)
     train = jax.jit(trainer)
-    _, metrics = train(jax.random.key(1))
-    return trainer, train, jax.device_get(metrics)
+    rs, metrics = train(jax.random.key(1))
+    return trainer, train, jax.device_get(metrics), rs
 
 
 def test_vdn_learns_with_action_masks_and_never_takes_a_masked_action(vdn_masked):
-    _, _, m = vdn_masked
+    _, _, m, _ = vdn_masked
     ret = m["episode_return/agent"]
     finite = ret[np.isfinite(ret)]
     # each of 4 steps pays 1 for the right action; a masked action would pay 1000
@@ -86,13 +87,33 @@ def test_vdn_learns_with_action_masks_and_never_takes_a_masked_action(vdn_masked
 
 
 def test_same_seed_same_numbers_and_no_retrace(vdn_masked):
-    trainer, train, m = vdn_masked
+    _, train, m, _ = vdn_masked
     _, again = train(jax.random.key(1))
     for k in m:
         np.testing.assert_array_equal(m[k], np.asarray(again[k]), err_msg=k)
     _, other = train(jax.random.key(2))
     assert not np.array_equal(m["loss/agent"], np.asarray(other["loss/agent"]))
     assert train._cache_size() == 1  # three calls, one trace
+
+
+def test_recurrent_act_carries_the_gru_state_and_last_actions(vdn_masked):
+    trainer, _, _, rs = vdn_masked
+    env = MaskedChoice(agents=2, num_choices=4, length=4)
+    params = trainer.get_params(rs)
+    act = jax.jit(trainer.act)
+    state, ts = jax.vmap(env.reset)(jax.random.split(jax.random.key(3), 5))
+    carry = {"agent": {"h": jnp.zeros((5, 2, 16)), "prev": jnp.full((5, 2), -1, jnp.int32)}}
+    stateless = act(params, jax.random.key(0), ts.obs, action_mask=ts.action_mask)
+    a, carry = act(params, jax.random.key(0), ts.obs, action_mask=ts.action_mask, carry=carry)
+    np.testing.assert_array_equal(a["agent"], stateless["agent"])  # zero carry = stateless
+    for t in range(3):
+        state, ts = jax.vmap(env.step)(jax.random.split(jax.random.key(t), 5), state, a)
+        a, carry = act(params, jax.random.key(0), ts.obs, action_mask=ts.action_mask,
+                       carry=carry)  # fmt: skip
+        np.testing.assert_array_equal(carry["agent"]["prev"], a["agent"])
+        phase = np.argmax(np.asarray(ts.obs["agent"]), -1)
+        assert not np.any(np.asarray(a["agent"]) == phase)  # the masked action
+    assert float(jnp.abs(carry["agent"]["h"]).sum()) > 0
 
 
 def test_qmix_trains_on_groups_with_a_global_state():

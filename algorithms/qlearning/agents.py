@@ -49,6 +49,7 @@ __all__ = [
     "global_state_size",
     "init_params",
     "make_act",
+    "make_init_carry",
     "make_trainer",
     "optimizer",
     "q_policy",
@@ -244,7 +245,8 @@ def make_trainer(
     config: Any, run: Any, pols: Mapping[str, QPolicy], init: Any, update: Any
 ) -> Trainer:
     """The `Trainer` of a Q-learning program: ``get_params(rs)`` gives every policy's
-    ``rs.policies[p].params`` (``{"agent": ...[, "mixer": ...]}``), ``act`` is `make_act`'s."""
+    ``rs.policies[p].params`` (``{"agent": ...[, "mixer": ...]}``), ``act`` is `make_act`'s
+    (`make_init_carry` builds the ``carry`` its recurrent acting takes)."""
 
     def get_params(rs: Any) -> dict[str, Any]:
         return {n: ps.params for n, ps in rs.policies.items()}
@@ -260,16 +262,36 @@ def make_trainer(
     )
 
 
+def make_init_carry(pols: Mapping[str, QPolicy]):
+    """``init_carry(lead_shape) -> carry`` for `make_act`'s recurrent acting: per policy
+    ``{"h": [*lead, A_p, H] zeros, "prev": [*lead, A_p] int32 -1}`` (no last action)."""
+
+    def init_carry(lead_shape: tuple[int, ...]) -> dict[str, dict[str, jax.Array]]:
+        lead = tuple(lead_shape)
+        return {
+            n: {
+                "h": jnp.zeros((*lead, p.num_agents, p.carry_size), jnp.float32),
+                "prev": jnp.full((*lead, p.num_agents), -1, jnp.int32),
+            }
+            for n, p in pols.items()
+        }
+
+    return init_carry
+
+
 def make_act(pols: Mapping[str, QPolicy], env: Any):
     """`Trainer.act` for Q-policies: ``(params_by_policy, key, obs {g: [..., A_g, *O]},
-    deterministic=True, action_mask=None) -> {g: [..., A_g]}`` int32 actions.
+    deterministic=True, action_mask=None, carry=None) -> {g: [..., A_g]}`` int32 actions,
+    or ``(actions, carry')`` when ``carry`` is given.
 
     Greedy over the allowed actions when ``deterministic``, else ε-greedy with each
-    policy's final ``eps_finish``. A recurrent policy acts from a zero hidden state
-    and no last action (one step of its GRU: `act` keeps no state between calls).
+    policy's final ``eps_finish``. ``carry`` (from `make_init_carry`, leading shape
+    ``[...]``) holds each policy's GRU state and last actions, as in training; without it a
+    recurrent policy acts from a zero hidden state and no last action.
     ``params_by_policy[p]``: `get_params`'s ``{"agent": params, ...}``.
     """
     pmap = PolicyMap({p.name: p.groups for p in pols.values()}, env.agent_counts)
+    init_carry = make_init_carry(pols)
 
     def act(
         params_by_policy: Mapping[str, Any],
@@ -277,7 +299,8 @@ def make_act(pols: Mapping[str, QPolicy], env: Any):
         obs: Mapping[str, jax.Array],
         deterministic: bool = True,
         action_mask: Mapping[str, jax.Array] | None = None,
-    ) -> dict[str, jax.Array]:
+        carry: Mapping[str, Any] | None = None,
+    ) -> Any:
         if not isinstance(obs, Mapping):
             obs = {env.groups[0]: obs}
         if jnp.asarray(key).dtype == jnp.uint32:
@@ -286,20 +309,20 @@ def make_act(pols: Mapping[str, QPolicy], env: Any):
         lead = obs[first].ndim - 1 - len(env.observation_space(first).shape)
         obs_p = pmap.to_policy(obs, axis=lead)
         mask_p = None if action_mask is None else pmap.to_policy(action_mask, axis=lead)
-        out = {}
+        state = init_carry(obs[first].shape[:lead]) if carry is None else carry
+        out, new_state = {}, {}
         for (name, p), k in zip(pols.items(), jax.random.split(key, len(pols)), strict=True):
-            x = p.flat(obs_p[name], lead)
-            none = jnp.full(x.shape[:-1], -1, jnp.int32)
-            x = p.inputs(x, none)
-            carry = jnp.zeros((*x.shape[:-1], p.carry_size), jnp.float32)
+            x = p.inputs(p.flat(obs_p[name], lead), state[name]["prev"])
             params = params_by_policy[name]
             if isinstance(params, Mapping) and "agent" in params:
                 params = params["agent"]
-            _, q = p.net.apply(params, carry, x)
+            h, q = p.net.apply(params, state[name]["h"], x)
             mask = None if mask_p is None else mask_p[name]
             eps = 0.0 if deterministic else p.hp["eps_finish"]
             out[name] = tg.epsilon_greedy(k, q, eps, mask)
-        return pmap.to_groups(out, axis=lead)
+            new_state[name] = {"h": h, "prev": out[name]}
+        actions = pmap.to_groups(out, axis=lead)
+        return actions if carry is None else (actions, new_state)
 
     return act
 
