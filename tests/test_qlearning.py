@@ -101,13 +101,14 @@ def test_recurrent_act_carries_the_gru_state_and_last_actions(vdn_masked):
     env = MaskedChoice(agents=2, num_choices=4, length=4)
     params = trainer.get_params(rs)
     act = jax.jit(trainer.act)
-    state, ts = jax.vmap(env.reset)(jax.random.split(jax.random.key(3), 5))
+    step = jax.jit(jax.vmap(env.step))
+    state, ts = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.key(3), 5))
     carry = {"agent": {"h": jnp.zeros((5, 2, 16)), "prev": jnp.full((5, 2), -1, jnp.int32)}}
     stateless = act(params, jax.random.key(0), ts.obs, action_mask=ts.action_mask)
     a, carry = act(params, jax.random.key(0), ts.obs, action_mask=ts.action_mask, carry=carry)
     np.testing.assert_array_equal(a["agent"], stateless["agent"])  # zero carry = stateless
     for t in range(3):
-        state, ts = jax.vmap(env.step)(jax.random.split(jax.random.key(t), 5), state, a)
+        state, ts = step(jax.random.split(jax.random.key(t), 5), state, a)
         a, carry = act(params, jax.random.key(0), ts.obs, action_mask=ts.action_mask,
                        carry=carry)  # fmt: skip
         np.testing.assert_array_equal(carry["agent"]["prev"], a["agent"])
