@@ -10,6 +10,8 @@ Suites:
   learning the learning targets: PPO CartPole (8 vmapped seeds), PPO Acrobot, DDPG
            Pendulum, PPO Tag (the ``advnorm`` preset, 1e8 env steps; trained vs random taggers).
   quick    tiny sizes of the env and train suites, for CPUs and the test suite.
+  marl_learning  Q-learning return vs wall time: PQN CartPole, VDN/QMIX/IQL MPE
+           simple_spread (`experiments.benchmarks.qlearning`).
   scaling  data-parallel scaling on 1, 2, 4, ... devices (those present): Tag A2C
            1000 envs × (10+100) per device, CartPole A2C 10,000 envs per device; weak
            (envs per device fixed) and strong (the largest count's global batch, split).
@@ -46,7 +48,7 @@ __all__ = [
 ]
 
 FLAGS = flags.FLAGS
-SUITES = ("quick", "env", "env_big", "classic", "train", "learning", "scaling")
+SUITES = ("quick", "env", "env_big", "classic", "train", "learning", "scaling", "marl_learning")
 BACKENDS = ("auto", "xla", "pallas")
 flags.DEFINE_enum("suite", "quick", SUITES, "which benchmark suite to run")
 flags.DEFINE_string("out", "experiments/benchmarks/results/results.jsonl", "JSON-lines output")
@@ -55,6 +57,7 @@ flags.DEFINE_integer("num_steps", 100, "steps per timed call")
 flags.DEFINE_integer("repeats", 5, "timed calls (median reported)")
 flags.DEFINE_integer("train_iterations", 5, "iterations per timed training call")
 flags.DEFINE_integer("num_seeds", 8, "vmapped seeds of the CartPole learning run")
+flags.DEFINE_integer("spread_env_steps", 10_000_000, "env steps of the marl_learning MPE runs")
 flags.DEFINE_integer(
     "tag_seeds", 1, "vmapped seeds of the Tag learning runs (each evaluated)", lower_bound=1
 )
@@ -402,6 +405,10 @@ def _run() -> None:
         records += run_learning_suite(FLAGS.num_seeds)
     if FLAGS.suite == "scaling":
         records += run_scaling_suite(FLAGS.train_iterations, FLAGS.repeats)
+    if FLAGS.suite == "marl_learning":
+        from experiments.benchmarks.qlearning import qlearning_records
+
+        records += qlearning_records(FLAGS.num_seeds, FLAGS.spread_env_steps)
     if FLAGS.compare:
         print("\nratios against anchors:")
         for line in compare(records, anchors):
