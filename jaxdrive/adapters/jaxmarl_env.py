@@ -169,9 +169,7 @@ class JaxMARLEnv(Env[JaxMARLState, EnvParams]):
         obs, inner = self.env.reset(key)
         inner = strong_types(inner)
         n = len(self.env.agents)
-        state = JaxMARLState(
-            inner=inner, ended=jnp.zeros((n,), bool), t=jnp.zeros((), jnp.int32)
-        )
+        state = JaxMARLState(inner=inner, ended=jnp.zeros((n,), bool), t=jnp.zeros((), jnp.int32))
         return state, TimeStep.restart(self._group_obs(obs), action_mask=self._masks(inner))
 
     def step_env(
@@ -184,7 +182,9 @@ class JaxMARLEnv(Env[JaxMARLState, EnvParams]):
         """JaxMARL's ``step_env`` on ``split(key)[0]``; flags as in the module docstring."""
         del params
         step_key, _ = jax.random.split(key)
-        named = {a: actions[g][i] for g, agents in self._groups.items() for i, a in enumerate(agents)}
+        named = {
+            a: actions[g][i] for g, agents in self._groups.items() for i, a in enumerate(agents)
+        }
         obs, inner, rewards, dones, _ = self.env.step_env(step_key, state.inner, named)
         inner = strong_types(inner)
         agents = self.env.agents
@@ -192,9 +192,7 @@ class JaxMARLEnv(Env[JaxMARLState, EnvParams]):
         own = jnp.stack([jnp.asarray(dones[a], bool) for a in agents])  # [A]
         t = state.t + 1
         ends = (own | all_done) & ~state.ended
-        time_up = (
-            jnp.asarray(False) if self._max_steps is None else t >= self._max_steps
-        )
+        time_up = jnp.asarray(False) if self._max_steps is None else t >= self._max_steps
         ended = state.ended | ends
         reward = jnp.stack([jnp.asarray(rewards[a], jnp.float32) for a in agents])
         ts = TimeStep(

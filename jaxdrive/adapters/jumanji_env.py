@@ -77,7 +77,9 @@ class JumanjiEnv(SingleAgentAdapter):
                 self._obs_space = Box(low, high, low.shape)
         self._act_space = action_space_from(env.action_spec)
         if self._has_mask and not isinstance(self._act_space, Discrete | MultiDiscrete):
-            raise ValueError(f"from_jumanji: an action mask needs discrete actions, got {self._act_space}")
+            raise ValueError(
+                f"from_jumanji: an action mask needs discrete actions, got {self._act_space}"
+            )
         limit = getattr(env, "time_limit", None)
         self._episode_length = int(limit) if isinstance(limit, int) else None
 
@@ -126,7 +128,9 @@ class JumanjiEnv(SingleAgentAdapter):
         """Jumanji's ``reset(key)``."""
         del params
         inner, ts = self.env.reset(key)
-        return self._first(strong_types(inner), self._obs(ts.observation), self._mask(ts.observation))
+        return self._first(
+            strong_types(inner), self._obs(ts.observation), self._mask(ts.observation)
+        )
 
     def step_env(
         self,

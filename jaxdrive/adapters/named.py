@@ -113,7 +113,9 @@ def _jumanji(name: str, env_id: str, overrides: dict[str, Any]) -> Env:
             f"{', '.join(sorted(known))}"
         )
     obs_fields = overrides.pop("obs_fields", None)
-    return from_jumanji(_build(name, lambda **kw: jumanji.make(env_id, **kw), overrides), obs_fields)
+    return from_jumanji(
+        _build(name, lambda **kw: jumanji.make(env_id, **kw), overrides), obs_fields
+    )
 
 
 def make_adapted(name: str, **overrides: Any) -> tuple[Env, Any]:
