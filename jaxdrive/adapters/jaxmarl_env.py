@@ -15,16 +15,16 @@ What maps to what (one step):
   wherever that one does not reset.
 - ``dones["__all__"]`` is ``done``. An agent's episode ends at the first step where
   its own done flag or ``__all__`` is set (dead SMAX units end early); it is
-  ``truncated`` when that step reaches the env's ``max_steps`` (a time limit: JaxMARL's
-  MPE and SMAX observations hold no clock) and ``terminated`` otherwise. After its end
-  an agent is inactive (``active`` False).
+  ``truncated`` when that step reaches `JaxMARLEnv.episode_length` (a time limit:
+  JaxMARL's MPE and SMAX observations hold no clock) and ``terminated`` otherwise.
+  After its end an agent is inactive (``active`` False).
 - ``get_avail_actions`` (where the env implements it) gives `TimeStep.action_mask`.
 - ``global_state``: the env's ``get_world_state`` (SMAX's ``world_state``), else the
   agents' observations concatenated in ``env.agents`` order, as float32.
 - Observations are cast to float32; ``infos`` are dropped.
 
-A SMAX unit that dies on the very step that reaches ``max_steps`` is marked truncated
-(JaxMARL does not say which of the two ended its episode).
+A SMAX unit that dies, or a battle won, on the very step that reaches the cap is marked
+truncated (JaxMARL does not say which of the two ended the episode).
 """
 
 from __future__ import annotations
@@ -81,15 +81,20 @@ def group_agents(env: Any) -> dict[str, tuple[str, ...]]:
     return groups
 
 
+# JaxMARL families whose episodes last ``max_steps + 1`` steps (see `JaxMARLEnv`)
+_COUNTED = ("jaxmarl.environments.mpe", "jaxmarl.environments.smax")
+
+
 class JaxMARLEnv(Env[JaxMARLState, EnvParams]):
     """A JaxMARL ``MultiAgentEnv`` as a jaxdrive `Env` (see the module docstring).
 
     Args:
       env: the JaxMARL env (static: its configuration fixes the shapes).
-      episode_length: the static cap on an episode's steps; ``None`` takes it from the
-        env's ``max_steps``: ``max_steps + 1`` for JaxMARL's MPE (whose ``step_env`` sets
-        done once the step count *before* the step reaches ``max_steps``), ``max_steps``
-        for the others (SMAX counts after the step).
+      episode_length: the static cap on an episode's steps, where ends are truncations;
+        ``None``: ``max_steps + 1`` for JaxMARL's MPE and SMAX (their ``step_env`` sets
+        done once the step count *before* the step reaches ``max_steps``), no cap for
+        other envs (every end is then a termination, as JaxMARL's own algorithms treat
+        it).
     """
 
     def __init__(self, env: Any, episode_length: int | None = None):
@@ -105,11 +110,10 @@ class JaxMARLEnv(Env[JaxMARLState, EnvParams]):
             g: action_space_from(env.action_space(a[0])) for g, a in self._groups.items()
         }
         max_steps = getattr(env, "max_steps", None)
-        self._max_steps = int(max_steps) if isinstance(max_steps, int) else None
-        if episode_length is None and self._max_steps is not None:
-            mpe = type(env).__module__.startswith("jaxmarl.environments.mpe")
-            episode_length = self._max_steps + 1 if mpe else self._max_steps
-        self._episode_length = episode_length
+        counted = type(env).__module__.startswith(_COUNTED)
+        if episode_length is None and isinstance(max_steps, int) and counted:
+            episode_length = max_steps + 1
+        self._episode_length = None if episode_length is None else int(episode_length)
         self._has_masks = _implements(env, "get_avail_actions")
 
     # ----- static description ----------------------------------------------------------
@@ -136,7 +140,7 @@ class JaxMARLEnv(Env[JaxMARLState, EnvParams]):
 
     @property
     def episode_length(self) -> int | None:
-        """The cap given to the constructor or read from JaxMARL's ``max_steps``."""
+        """The cap given to the constructor, or JaxMARL's ``max_steps + 1`` (MPE, SMAX)."""
         return self._episode_length
 
     @property
@@ -192,7 +196,8 @@ class JaxMARLEnv(Env[JaxMARLState, EnvParams]):
         own = jnp.stack([jnp.asarray(dones[a], bool) for a in agents])  # [A]
         t = state.t + 1
         ends = (own | all_done) & ~state.ended
-        time_up = jnp.asarray(False) if self._max_steps is None else t >= self._max_steps
+        cap = self._episode_length
+        time_up = jnp.asarray(False) if cap is None else t >= cap
         ended = state.ended | ends
         reward = jnp.stack([jnp.asarray(rewards[a], jnp.float32) for a in agents])
         ts = TimeStep(
