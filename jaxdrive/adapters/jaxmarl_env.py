@@ -81,7 +81,8 @@ def group_agents(env: Any) -> dict[str, tuple[str, ...]]:
     return groups
 
 
-# JaxMARL families whose episodes last ``max_steps + 1`` steps (see `JaxMARLEnv`)
+# JaxMARL families whose episodes last ``max_steps + 1`` steps (see `JaxMARLEnv`) and
+# whose ``step_env`` observes by ``get_obs(state)``
 _COUNTED = ("jaxmarl.environments.mpe", "jaxmarl.environments.smax")
 
 
@@ -115,6 +116,7 @@ class JaxMARLEnv(Env[JaxMARLState, EnvParams]):
             episode_length = max_steps + 1
         self._episode_length = None if episode_length is None else int(episode_length)
         self._has_masks = _implements(env, "get_avail_actions")
+        self._obs_of_state = type(env).__module__.startswith(_COUNTED)
 
     # ----- static description ----------------------------------------------------------
     @property
@@ -210,6 +212,19 @@ class JaxMARLEnv(Env[JaxMARLState, EnvParams]):
             action_mask=self._masks(inner),
         )
         return JaxMARLState(inner=inner, ended=ended, t=t), ts
+
+    @property
+    def has_observations(self) -> bool:
+        """True for MPE and SMAX, whose ``step_env`` observes by ``get_obs(state)``."""
+        return self._obs_of_state
+
+    def observations(self, state: JaxMARLState, params: EnvParams) -> dict[str, jax.Array]:
+        """``ts.obs`` from the state alone: JaxMARL's ``get_obs`` (MPE and SMAX only; lets
+        `jaxdrive.vectorize` auto-reset by selecting states, as JaxMARL's ``step`` does)."""
+        del params
+        if not self._obs_of_state:
+            raise NotImplementedError(f"{self.name} does not implement observations()")
+        return self._group_obs(self.env.get_obs(state.inner))
 
     def global_state(self, state: JaxMARLState, params: EnvParams) -> jax.Array:
         """``[D]`` float32: ``get_world_state`` where the env has it, else every agent's
