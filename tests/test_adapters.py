@@ -26,7 +26,7 @@ FAST = {"xla_backend_optimization_level": 0}
 # tiny versions: short episodes, small maps
 ADAPTED = {
     "jaxmarl:MPE_simple_spread_v3": {"max_steps": 6},
-    "jaxmarl:smax:3m": {"max_steps": 5},
+    "jaxmarl:SMAX": {"num_allies": 2, "num_enemies": 2, "max_steps": 5},  # two masked groups
     "gymnax:CartPole-v1": {"max_steps_in_episode": 8},
     "gymnax:Breakout-MinAtar": {"max_steps_in_episode": 8},
     "jumanji:Snake-v1": {"num_rows": 5, "num_cols": 5, "time_limit": 8},
@@ -38,6 +38,9 @@ def test_adapted_env_passes_check_env(name):
     env, params = jaxdrive.make(name, **ADAPTED[name])
     report = check_env(env, params, num_envs=2)
     assert report["episodes"] >= 1
+    if name == "jaxmarl:SMAX":
+        assert env.agent_counts == {"ally": 2, "enemy": 2}
+        assert env.action_space("enemy") == jaxdrive.Discrete(7)  # 2 targets + 5 moves
 
 
 def test_groups_from_agent_names_and_spaces():
@@ -47,9 +50,6 @@ def test_groups_from_agent_names_and_spaces():
     assert env.agent_names("adversary") == ("adversary_0", "adversary_1", "adversary_2")
     assert env.observation_space("adversary").shape == (16,)
     assert env.observation_space("agent").shape == (14,)
-    smax, _ = jaxdrive.make("jaxmarl:smax:3s5z")
-    assert smax.agent_counts == {"ally": 8}
-    assert smax.action_space("ally") == jaxdrive.Discrete(13)  # 8 enemies + 5 moves
 
 
 # ----------------------------------------------------------------------------------------
@@ -89,6 +89,7 @@ def _jaxmarl_rollouts(env, key):
 
 def test_smax_rollout_and_masks_equal_jaxmarl():
     env, _ = jaxdrive.make("jaxmarl:smax:3m", max_steps=T - 2)
+    assert env.agent_counts == {"ally": 3} and env.action_space("ally") == jaxdrive.Discrete(8)
     (mask0, lib_mask0), (mine, theirs) = _jaxmarl_rollouts(env, jax.random.key(3))
     np.testing.assert_array_equal(mask0["ally"], lib_mask0["ally"])
     end = int(np.argmax(theirs[3]))  # JaxMARL's step auto-resets after its first done
