@@ -116,6 +116,7 @@ class JaxMARLEnv(Env[JaxMARLState, EnvParams]):
             episode_length = max_steps + 1
         self._episode_length = None if episode_length is None else int(episode_length)
         self._has_masks = _implements(env, "get_avail_actions")
+        self._has_world_state = _implements(env, "get_world_state")
         self._obs_of_state = type(env).__module__.startswith(_COUNTED)
 
     # ----- static description ----------------------------------------------------------
@@ -230,7 +231,7 @@ class JaxMARLEnv(Env[JaxMARLState, EnvParams]):
         """``[D]`` float32: ``get_world_state`` where the env has it, else every agent's
         observation (``get_obs``) flattened and concatenated in ``env.agents`` order."""
         del params
-        if _implements(self.env, "get_world_state"):
+        if self._has_world_state:
             return jnp.ravel(self.env.get_world_state(state.inner)).astype(jnp.float32)
         obs = self.env.get_obs(state.inner)
         return jnp.concatenate([jnp.ravel(obs[a]) for a in self.env.agents]).astype(jnp.float32)
