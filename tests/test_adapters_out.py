@@ -140,7 +140,8 @@ def test_gymnasium_refuses_multi_agent_envs(tag):
 
 
 def test_one_device_call_per_step(cartpole, monkeypatch):
-    """A step is one call of one compiled function and one `jax.device_get`."""
+    """A step is one call of one compiled function whose outputs come back as one
+    buffer, by one `jax.device_get`."""
     env, params = cartpole
     venv = to_gymnasium(env, params, num_envs=8)
     venv.reset(seed=0)
@@ -157,3 +158,6 @@ def test_one_device_call_per_step(cartpole, monkeypatch):
     for _ in range(5):
         venv.step(np.zeros(8, np.int64))
     assert calls["get"] == 5 and venv.batch._step._cache_size() == traces == 1
+    key, state = venv.batch._key, venv.batch._state
+    out = jax.eval_shape(venv.batch._step, key, state, {"agent": np.zeros((8, 1), np.int32)}, None)
+    assert isinstance(out[2], jax.ShapeDtypeStruct) and out[2].dtype == np.uint8
