@@ -54,9 +54,20 @@ def registered_envs() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def _is_adapted(name: str) -> bool:
+    """Whether ``name`` is an adapter's prefixed name (``"jaxmarl:…"``, ``"gymnax:…"``,
+    ``"jumanji:…"``): those are built by `jaxdrive.adapters.make_adapted`."""
+    from jaxdrive.adapters.named import is_adapted_name
+
+    return is_adapted_name(name)
+
+
 def _load(name: str) -> EnvFactory:
     if name not in _REGISTRY:
-        raise ValueError(f"unknown env {name!r}; registered envs: {', '.join(registered_envs())}")
+        raise ValueError(
+            f"unknown env {name!r}; registered envs: {', '.join(registered_envs())}; or an "
+            "adapted env 'jaxmarl:<id>', 'jaxmarl:smax:<map>', 'gymnax:<id>', 'jumanji:<id>'"
+        )
     entry = _REGISTRY[name]
     if isinstance(entry, str):
         module, attr = entry.split(":")
@@ -99,12 +110,20 @@ def split_overrides(
 def make(name: str, **overrides: Any) -> tuple[Env, EnvParams]:
     """Builds the env registered as ``name``; returns ``(env, params)``.
 
+    A prefixed ``name`` builds another library's env through its adapter
+    (`jaxdrive.adapters.make_adapted`): ``"jaxmarl:MPE_simple_spread_v3"``,
+    ``"jaxmarl:smax:3s5z"``, ``"gymnax:CartPole-v1"``, ``"jumanji:Snake-v1"``.
+
     ``overrides`` may name constructor options (static: shapes, counts) or fields of
     the env's `EnvParams` (numbers). Unknown names raise ``ValueError``. The params are
     built by ``env.make_params`` (`Env.make_params`), so they pass the env's own
     validation: an invalid value (NaN, out of range) raises ``ValueError`` naming the
     field.
     """
+    if _is_adapted(name):
+        from jaxdrive.adapters.named import make_adapted
+
+        return make_adapted(name, **overrides)
     factory = _load(name)
     static_keys = _static_keys(factory)
     static = {k: v for k, v in overrides.items() if k in static_keys}

@@ -15,6 +15,9 @@ Suites:
   scaling  data-parallel scaling on 1, 2, 4, ... devices (those present): Tag A2C
            1000 envs × (10+100) per device, CartPole A2C 10,000 envs per device; weak
            (envs per device fixed) and strong (the largest count's global batch, split).
+  adapters from_jaxmarl(MPE simple_spread) vs JaxMARL's own env at 1e3..1e5 envs (the
+           adapter's overhead ratio), to_gymnasium(CartPole, 1024 envs) from a host loop
+           (`experiments.benchmarks.adapters`).
 
 Prints a table and appends one JSON line per measurement to ``--out`` (checked before
 any work; the file is rewritten atomically). A bad ``--out`` or ``--compare`` and any
@@ -48,7 +51,10 @@ __all__ = [
 ]
 
 FLAGS = flags.FLAGS
-SUITES = ("quick", "env", "env_big", "classic", "train", "learning", "scaling", "marl_learning")
+SUITES = (
+    "quick", "env", "env_big", "classic", "train", "learning", "scaling", "marl_learning",
+    "adapters",
+)  # fmt: skip
 BACKENDS = ("auto", "xla", "pallas")
 flags.DEFINE_enum("suite", "quick", SUITES, "which benchmark suite to run")
 flags.DEFINE_string("out", "experiments/benchmarks/results/results.jsonl", "JSON-lines output")
@@ -409,6 +415,10 @@ def _run() -> None:
         from experiments.benchmarks.qlearning import qlearning_records
 
         records += qlearning_records(FLAGS.num_seeds, FLAGS.spread_env_steps)
+    if FLAGS.suite == "adapters":
+        from experiments.benchmarks.adapters import run_adapters_suite
+
+        records += run_adapters_suite(FLAGS.num_steps, FLAGS.repeats)
     if FLAGS.compare:
         print("\nratios against anchors:")
         for line in compare(records, anchors):
