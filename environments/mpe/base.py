@@ -1,0 +1,241 @@
+"""`MPEEnv`: what every MPE scenario shares (groups, spaces, reset, step, global state).
+
+A scenario subclasses `MPEEnv` (a frozen dataclass) and states its agents (`roles`),
+landmarks, physics per group (`agent_physics`) and its two scenario functions,
+`rewards` and `observations`; the step itself (actions -> forces -> integration ->
+utterances -> rewards -> observations) is written once here, after mpe2 1.1.1's
+``SimpleEnv`` and ``World``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from environments.mpe.world import (
+    MPEParams,
+    MPEState,
+    Role,
+    contact_forces,
+    decode_actions,
+    integrate,
+    move_size,
+)
+from jaxdrive.env import Env
+from jaxdrive.spaces import Box, Discrete, Space
+from jaxdrive.types import TimeStep
+
+__all__ = ["MPEEnv", "check_count"]
+
+
+def check_count(owner: str, name: str, value: Any, lo: int) -> int:
+    """``value`` as an int ``>= lo``; else ``ValueError`` naming ``owner.name``."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < lo:
+        raise ValueError(f"{owner}: {name} must be an integer >= {lo}, got {value!r}")
+    return int(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class MPEEnv(Env[MPEState, MPEParams]):
+    """Base of the MPE scenarios (see the module docstring).
+
+    Static configuration shared by all scenarios: ``continuous_actions`` (mpe2's
+    ``continuous_actions``: ``Box(0, 1, (n,))`` actions instead of ``Discrete(n)``) and
+    ``max_cycles`` (the episode length; every agent is truncated after it).
+
+    Subclasses set the class attributes ``dim_c`` (``C``), ``landmark_range`` (landmarks
+    start uniform in ``[−r, r]²``) and ``agents_collide``, and implement `roles`,
+    `num_landmarks`, `obs_size`, `agent_physics`, `rewards`, `observe`, and where they
+    have them `goal_ranges` and `num_obstacles`.
+    """
+
+    continuous_actions: bool = False
+    max_cycles: int = 25
+
+    dim_c = 0
+    landmark_range = 1.0
+    agents_collide = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "continuous_actions", bool(self.continuous_actions))
+        object.__setattr__(
+            self, "max_cycles", check_count(self.name, "max_cycles", self.max_cycles, 1)
+        )
+
+    # ----- scenario hooks ------------------------------------------------------------
+    @property
+    def roles(self) -> tuple[Role, ...]:
+        """The groups in agent order (mpe2's agent order; groups are contiguous)."""
+        raise NotImplementedError
+
+    @property
+    def num_landmarks(self) -> int:
+        """``L``."""
+        raise NotImplementedError
+
+    @property
+    def num_obstacles(self) -> int:
+        """How many of the first landmarks collide with agents (``Lc``)."""
+        return 0
+
+    @property
+    def goal_ranges(self) -> tuple[int, ...]:
+        """``K`` entries: ``state.goal[k]`` is drawn uniform in ``[0, goal_ranges[k])``."""
+        return ()
+
+    def obs_size(self, group: str) -> int:
+        """Values in one observation of ``group``."""
+        raise NotImplementedError
+
+    def agent_physics(self, params: Any) -> tuple[jax.Array, jax.Array, jax.Array | None]:
+        """``(size [N], accel [N], max_speed [N] or None)`` from ``params``."""
+        raise NotImplementedError
+
+    def obstacle_size(self, params: Any) -> jax.Array | float:
+        """Size of the colliding landmarks."""
+        return 0.0
+
+    def rewards(self, state: MPEState, params: Any) -> jax.Array:
+        """``[N]`` float32: each agent's reward for arriving in ``state``."""
+        raise NotImplementedError
+
+    def observe(self, state: MPEState, params: Any) -> dict[str, jax.Array]:
+        """``{g: [A_g, obs_size(g)]}`` float32."""
+        raise NotImplementedError
+
+    # ----- static description --------------------------------------------------------
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self.roles)
+
+    def role(self, group: str) -> Role:
+        """The `Role` of ``group``."""
+        for r in self.roles:
+            if r.name == group:
+                return r
+        raise ValueError(f"{self.name} has groups {list(self.groups)}, got {group!r}")
+
+    def num_agents(self, group: str) -> int:
+        return self.role(group).count
+
+    @property
+    def num_agents_total(self) -> int:
+        """``N``."""
+        return sum(r.count for r in self.roles)
+
+    def group_slices(self) -> dict[str, slice]:
+        """Each group's rows in agent order."""
+        out, lo = {}, 0
+        for r in self.roles:
+            out[r.name] = slice(lo, lo + r.count)
+            lo += r.count
+        return out
+
+    def split(self, x: jax.Array) -> dict[str, jax.Array]:
+        """``[N, ...]`` in agent order -> ``{g: [A_g, ...]}`` (static slices)."""
+        return {g: x[s] for g, s in self.group_slices().items()}
+
+    def per_agent(self, values: dict[str, Any]) -> jax.Array:
+        """``{g: scalar}`` -> ``[N]`` float32, each agent its group's value."""
+        return jnp.concatenate(
+            [jnp.full((r.count,), values[r.name], jnp.float32) for r in self.roles]
+        )
+
+    @property
+    def episode_length(self) -> int:  # type: ignore[override]
+        return self.max_cycles
+
+    def observation_space(self, group: str) -> Box:
+        return Box(-np.inf, np.inf, (self.obs_size(group),), jnp.float32)
+
+    def action_space(self, group: str) -> Space:
+        n = move_size(self.role(group), self.dim_c, self.continuous_actions)
+        return Box(0.0, 1.0, (n,), jnp.float32) if self.continuous_actions else Discrete(n)
+
+    @property
+    def movable(self) -> np.ndarray:
+        """``[N]`` bool (static): which agents move."""
+        return np.concatenate([np.full(r.count, r.movable) for r in self.roles])
+
+    # ----- state functions -----------------------------------------------------------
+    def observations(self, state: MPEState, params: Any) -> dict[str, jax.Array]:
+        """``{g: [A_g, obs_size(g)]}``: the observations of ``state`` (as ``ts.obs``)."""
+        return self.observe(state, params)
+
+    def global_state(self, state: MPEState, params: Any) -> jax.Array:
+        """``[D]`` float32, ``D = Σ_g A_g · obs_size(g)``: every agent's observation in
+        agent order, concatenated (mpe2's ``state()``)."""
+        obs = self.observe(state, params)
+        return jnp.concatenate([obs[g].reshape(-1) for g in self.groups])
+
+    def _timestep(self, state: MPEState, params: Any, reward: jax.Array) -> TimeStep:
+        n = self.num_agents_total
+        truncated = jnp.broadcast_to(state.t >= self.max_cycles, (n,))
+        return TimeStep(
+            obs=self.observe(state, params),
+            reward=self.split(reward.astype(jnp.float32)),
+            terminated=self.split(jnp.zeros((n,), bool)),
+            truncated=self.split(truncated),
+            active=self.split(jnp.ones((n,), bool)),
+            done=state.t >= self.max_cycles,
+        )
+
+    # ----- dynamics ------------------------------------------------------------------
+    def reset_env(self, key: jax.Array, params: Any) -> tuple[MPEState, TimeStep]:
+        """Agents uniform in ``[−1, 1]²`` at rest and silent, landmarks uniform in
+        ``[−r, r]²`` (``r = landmark_range``), goals uniform in their ranges."""
+        n, lm = self.num_agents_total, self.num_landmarks
+        k_a, k_l, k_g = jax.random.split(key, 3)
+        r = self.landmark_range
+        ranges = self.goal_ranges
+        if ranges:
+            u = jax.random.uniform(k_g, (len(ranges),))
+            goal = jnp.floor(u * jnp.asarray(ranges, jnp.float32)).astype(jnp.int32)
+            goal = jnp.minimum(goal, jnp.asarray(ranges, jnp.int32) - 1)
+        else:
+            goal = jnp.zeros((0,), jnp.int32)
+        state = MPEState(
+            agent_pos=jax.random.uniform(k_a, (n, 2), jnp.float32, -1.0, 1.0),
+            agent_vel=jnp.zeros((n, 2), jnp.float32),
+            comm=jnp.zeros((n, self.dim_c), jnp.float32),
+            landmark_pos=jax.random.uniform(k_l, (lm, 2), jnp.float32, -r, r),
+            goal=goal,
+            t=jnp.zeros((), jnp.int32),
+        )
+        return state, self._timestep(state, params, jnp.zeros((n,), jnp.float32))
+
+    def step_env(
+        self, key: jax.Array, state: MPEState, actions: dict[str, jax.Array], params: Any
+    ) -> tuple[MPEState, TimeStep]:
+        """One world step (module docstring); ``key`` is unused (no noise in MPE)."""
+        del key
+        us, cs = [], []
+        for r in self.roles:
+            u, c = decode_actions(actions[r.name], r, self.dim_c, self.continuous_actions)
+            us.append(u)
+            cs.append(c)
+        u, comm = jnp.concatenate(us), jnp.concatenate(cs)
+        size, accel, max_speed = self.agent_physics(params)
+        lc = self.num_obstacles
+        force = u * accel[:, None] + contact_forces(
+            state.agent_pos,
+            size,
+            params,
+            agents_collide=self.agents_collide,
+            obstacle_pos=state.landmark_pos[:lc] if lc else None,
+            obstacle_size=self.obstacle_size(params),
+        )
+        pos, vel = integrate(
+            state.agent_pos,
+            state.agent_vel,
+            force,
+            params,
+            max_speed=max_speed,
+            movable=self.movable,
+        )
+        new = state.replace(agent_pos=pos, agent_vel=vel, comm=comm, t=state.t + 1)
+        return new, self._timestep(new, params, self.rewards(new, params))

@@ -1,0 +1,82 @@
+"""``simple_spread``: N agents cover N landmarks without colliding (mpe2's ``simple_spread_v3``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from environments.mpe.base import MPEEnv, check_count
+from environments.mpe.world import MPEParams, MPEState, Role, distances, off_diagonal, relative
+
+__all__ = ["SimpleSpread", "SimpleSpreadParams"]
+
+
+@struct.dataclass
+class SimpleSpreadParams(MPEParams):
+    """`MPEParams` plus spread's numbers (mpe2's defaults)."""
+
+    local_ratio: float = 0.5  # reward = (1 − ratio)·global + ratio·local
+    agent_size: float = 0.15
+    accel: float = 5.0  # sensitivity of the movement action
+    collision_penalty: float = 1.0  # local reward −penalty per other agent touched
+
+
+@dataclasses.dataclass(frozen=True)
+class SimpleSpread(MPEEnv):
+    """``N`` agents (group ``"agent"``) and ``N`` landmarks; agents collide, are silent.
+
+    Observation ``[4 + 2N + 4(N − 1)]``: own velocity, own position, every landmark's
+    position relative to the agent, every other agent's relative position (agent order),
+    every other agent's utterance (``C = 2`` zeros: the agents are silent).
+
+    Reward: ``(1 − ρ)·G + ρ·l_i`` with ``G = −Σ_landmarks min_agents distance`` and
+    ``l_i = −penalty · #{j ≠ i : |p_i − p_j| < 2·size}`` (``ρ`` = ``local_ratio``).
+    Actions: ``Discrete(5)`` / ``Box(0, 1, (5,))``.
+    """
+
+    N: int = 3
+
+    dim_c = 2
+    agents_collide = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "N", check_count(self.name, "N", self.N, 1))
+
+    @property
+    def roles(self) -> tuple[Role, ...]:
+        return (Role("agent", self.N),)
+
+    @property
+    def num_landmarks(self) -> int:
+        return self.N
+
+    def obs_size(self, group: str) -> int:
+        self.role(group)
+        return 4 + 2 * self.N + 4 * (self.N - 1)
+
+    @property
+    def default_params(self) -> SimpleSpreadParams:
+        return SimpleSpreadParams()
+
+    def agent_physics(self, params: SimpleSpreadParams):
+        n = self.N
+        return jnp.full((n,), params.agent_size), jnp.full((n,), params.accel), None
+
+    def rewards(self, state: MPEState, params: SimpleSpreadParams) -> jax.Array:
+        cover = -jnp.sum(jnp.min(distances(state.agent_pos, state.landmark_pos), axis=0))
+        d = off_diagonal(distances(state.agent_pos, state.agent_pos))  # [N, N-1]
+        hits = jnp.sum((d < 2.0 * params.agent_size).astype(jnp.float32), axis=-1)
+        ratio = params.local_ratio
+        return cover * (1.0 - ratio) - params.collision_penalty * hits * ratio
+
+    def observe(self, state: MPEState, params: SimpleSpreadParams) -> dict[str, jax.Array]:
+        n, pos = self.N, state.agent_pos
+        lm = relative(state.landmark_pos, pos).reshape(n, -1)
+        others = off_diagonal(relative(pos, pos)).reshape(n, -1)
+        comm = off_diagonal(jnp.broadcast_to(state.comm[None], (n, n, self.dim_c)))
+        parts = [state.agent_vel, pos, lm, others, comm.reshape(n, -1)]
+        return {"agent": jnp.concatenate(parts, axis=-1)}

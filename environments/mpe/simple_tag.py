@@ -1,0 +1,125 @@
+"""``simple_tag``: adversaries chase good agents among obstacles (mpe2's ``simple_tag_v3``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from environments.mpe.base import MPEEnv, check_count
+from environments.mpe.world import (
+    MPEParams,
+    MPEState,
+    Role,
+    bound_penalty,
+    distances,
+    off_diagonal,
+    relative,
+)
+
+__all__ = ["SimpleTag", "SimpleTagParams"]
+
+
+@struct.dataclass
+class SimpleTagParams(MPEParams):
+    """`MPEParams` plus tag's numbers (mpe2's defaults)."""
+
+    adversary_size: float = 0.075
+    agent_size: float = 0.05
+    adversary_accel: float = 3.0
+    agent_accel: float = 4.0
+    adversary_max_speed: float = 1.0
+    agent_max_speed: float = 1.3
+    obstacle_size: float = 0.2
+    collision_reward: float = 10.0  # per (good agent, adversary) contact
+    shaped_reward: bool = False  # mpe2's ``shape`` flag (off there): 0.1 × distances
+
+
+@dataclasses.dataclass(frozen=True)
+class SimpleTag(MPEEnv):
+    """``A`` adversaries (group ``"adversary"``) chase ``G`` good agents (``"agent"``)
+    among ``num_obstacles`` fixed obstacles; everything collides; silent.
+
+    Observations (``N = A + G``, ``L`` obstacles): own velocity, own position, obstacles
+    relative, all other agents relative (agent order), then the velocities of the good
+    agents among the others: ``[4 + 2L + 2(N − 1) + 2G]`` for adversaries,
+    ``[4 + 2L + 2(N − 1) + 2(G − 1)]`` for good agents.
+
+    Rewards (contact: ``|p_a − p_g| < s_a + s_g``): a good agent gets
+    ``−collision_reward`` per adversary touching it and ``−Σ_xy bound(|x|)``
+    (`bound_penalty`); every adversary gets ``+collision_reward`` per contact of any
+    (good agent, adversary) pair. With ``shaped_reward``, good agents add
+    ``0.1 Σ_adv distance`` and adversaries subtract ``0.1 Σ_adv min_good distance``.
+    Actions: ``Discrete(5)`` / ``Box(0, 1, (5,))``. Obstacles start in ``[−0.9, 0.9]²``.
+    """
+
+    num_good: int = 1
+    num_adversaries: int = 3
+    num_obstacles: int = 2  # type: ignore[assignment]
+
+    agents_collide = True
+    landmark_range = 0.9
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name, lo in (("num_good", 1), ("num_adversaries", 1), ("num_obstacles", 0)):
+            object.__setattr__(self, name, check_count(self.name, name, getattr(self, name), lo))
+
+    @property
+    def roles(self) -> tuple[Role, ...]:
+        return (Role("adversary", self.num_adversaries), Role("agent", self.num_good))
+
+    @property
+    def num_landmarks(self) -> int:
+        return self.num_obstacles
+
+    def obs_size(self, group: str) -> int:
+        n, g = self.num_agents_total, self.num_good
+        base = 4 + 2 * self.num_obstacles + 2 * (n - 1)
+        return base + 2 * (g if self.role(group).name == "adversary" else g - 1)
+
+    @property
+    def default_params(self) -> SimpleTagParams:
+        return SimpleTagParams()
+
+    def agent_physics(self, params: SimpleTagParams):
+        def each(adv, good):
+            return self.per_agent({"adversary": adv, "agent": good})
+
+        return (
+            each(params.adversary_size, params.agent_size),
+            each(params.adversary_accel, params.agent_accel),
+            each(params.adversary_max_speed, params.agent_max_speed),
+        )
+
+    def obstacle_size(self, params: SimpleTagParams) -> jax.Array:
+        return params.obstacle_size
+
+    def rewards(self, state: MPEState, params: SimpleTagParams) -> jax.Array:
+        a = self.num_adversaries
+        adv, good = state.agent_pos[:a], state.agent_pos[a:]
+        d = distances(good, adv)  # [G, A]
+        touch = (d < params.agent_size + params.adversary_size).astype(jnp.float32)
+        w = params.collision_reward
+        good_r = -w * jnp.sum(touch, axis=1) - bound_penalty(good)
+        adv_r = jnp.full((a,), w * jnp.sum(touch))
+        shaped = jnp.asarray(params.shaped_reward, jnp.float32)
+        good_r = good_r + shaped * 0.1 * jnp.sum(d, axis=1)
+        adv_r = adv_r - shaped * 0.1 * jnp.sum(jnp.min(d, axis=0))
+        return jnp.concatenate([adv_r, good_r])
+
+    def observe(self, state: MPEState, params: SimpleTagParams) -> dict[str, jax.Array]:
+        a, g, n = self.num_adversaries, self.num_good, self.num_agents_total
+        pos, vel = state.agent_pos, state.agent_vel
+        lm = relative(state.landmark_pos, pos).reshape(n, -1)
+        others = off_diagonal(relative(pos, pos)).reshape(n, -1)
+        common = jnp.concatenate([vel, pos, lm, others], axis=-1)
+        good_vel = vel[a:]  # [G, 2]
+        adv_obs = jnp.concatenate(
+            [common[:a], jnp.broadcast_to(good_vel.reshape(1, -1), (a, 2 * g))], axis=-1
+        )
+        other_good = off_diagonal(jnp.broadcast_to(good_vel[None], (g, g, 2))).reshape(g, -1)
+        good_obs = jnp.concatenate([common[a:], other_good], axis=-1)
+        return {"adversary": adv_obs, "agent": good_obs}
