@@ -45,6 +45,8 @@ class SimpleAdversary(MPEEnv):
 
     N: int = 2
 
+    dim_c = 2
+
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "N", check_count(self.name, "N", self.N, 1))

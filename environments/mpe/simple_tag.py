@@ -59,6 +59,7 @@ class SimpleTag(MPEEnv):
     num_adversaries: int = 3
     num_obstacles: int = 2  # type: ignore[assignment]
 
+    dim_c = 2
     agents_collide = True
     landmark_range = 0.9
 

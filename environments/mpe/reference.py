@@ -1,0 +1,177 @@
+"""mpe2 as the reference of the MPE scenarios: its world set to given states, stepped.
+
+`mpe2_transitions` writes each state of a batch into an mpe2 1.1.1 ``raw_env`` of the
+same scenario (positions, velocities, utterances, goal and key assignments, the colours
+that follow from them), applies the actions by mpe2's own ``_execute_world_step`` and
+reads back its observations, rewards and next world state: a NumPy loop, one transition
+at a time, without the AEC wrappers. `random_states` draws states to inject and
+`parity_errors` compares a batch of ours with mpe2's. mpe2 is imported on first use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from environments.mpe.base import MPEEnv
+from environments.mpe.world import MPEState, decode_actions
+
+__all__ = ["make_mpe2", "mpe2_transitions", "parity_errors", "random_states"]
+
+# Our scenario class name -> mpe2 module (its ``raw_env``).
+_MODULES = {
+    "Simple": "simple_v3",
+    "SimpleSpread": "simple_spread_v3",
+    "SimpleTag": "simple_tag_v3",
+    "SimpleAdversary": "simple_adversary_v3",
+    "SimplePush": "simple_push_v3",
+    "SimpleReference": "simple_reference_v3",
+    "SimpleSpeakerListener": "simple_speaker_listener_v4",
+    "SimpleWorldComm": "simple_world_comm_v3",
+    "SimpleCrypto": "simple_crypto_v3",
+}
+
+
+def make_mpe2(env: MPEEnv) -> Any:
+    """The mpe2 ``raw_env`` of ``env``'s scenario with the same constructor options."""
+    module = importlib.import_module(f"mpe2.{_MODULES[type(env).__name__]}")
+    kwargs = {f.name: getattr(env, f.name) for f in dataclasses.fields(env)}
+    return module.raw_env(**kwargs)
+
+
+def _set_goals(name: str, world: Any, goal: np.ndarray) -> None:
+    """mpe2's reset_world assignments for the goal indices ``goal [K]``."""
+    agents, lms = world.agents, world.landmarks
+    if name in ("SimpleAdversary", "SimplePush", "SimpleCrypto"):
+        for a in agents:
+            a.goal_a = lms[goal[0]]
+    if name == "SimplePush":
+        for a in agents:
+            if not a.adversary:
+                a.color = np.array([0.25, 0.25, 0.25])
+                a.color[goal[0] + 1] += 0.5
+    elif name == "SimpleReference":
+        agents[0].goal_b, agents[1].goal_b = lms[goal[0]], lms[goal[1]]
+    elif name == "SimpleSpeakerListener":
+        agents[0].goal_b = lms[goal[0]]
+    elif name == "SimpleCrypto":
+        agents[2].key = lms[goal[1]].color
+
+
+def _set_state(raw: Any, env: MPEEnv, s: dict[str, np.ndarray]) -> None:
+    world = raw.world
+    for i, a in enumerate(world.agents):
+        a.state.p_pos = s["agent_pos"][i].astype(np.float64)
+        a.state.p_vel = s["agent_vel"][i].astype(np.float64)
+        a.state.c = s["comm"][i].astype(np.float64)
+    for j, lm in enumerate(world.landmarks):
+        lm.state.p_pos = s["landmark_pos"][j].astype(np.float64)
+        lm.state.p_vel = np.zeros(2)
+    _set_goals(type(env).__name__, world, s["goal"])
+
+
+def mpe2_transitions(
+    env: MPEEnv, states: MPEState, actions: dict[str, Any]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """mpe2's step from each of ``B`` states (``states``: leaves ``[B, ...]``) with
+    ``actions {g: [B, A_g, ...]}``. Returns ``(obs {g: [B, A_g, O_g]} float32,
+    reward {g: [B, A_g]} float64, next {"agent_pos", "agent_vel", "comm": [B, N, ·]}
+    float64)``."""
+    raw = make_mpe2(env)
+    raw.reset(seed=0)
+    host = jax.tree.map(np.asarray, states)
+    acts = {g: np.asarray(a) for g, a in actions.items()}
+    b = host.t.shape[0]
+    names = [a.name for a in raw.world.agents]
+    group_of = [g for g in env.groups for _ in range(env.num_agents(g))]
+    within = [i for g in env.groups for i in range(env.num_agents(g))]
+    obs = {g: np.zeros((b, env.num_agents(g), env.obs_size(g)), np.float32) for g in env.groups}
+    rew = {g: np.zeros((b, env.num_agents(g))) for g in env.groups}
+    n = env.num_agents_total
+    nxt = {
+        "agent_pos": np.zeros((b, n, 2)),
+        "agent_vel": np.zeros((b, n, 2)),
+        "comm": np.zeros((b, n, env.dim_c)),
+    }
+    fields = ("agent_pos", "agent_vel", "comm", "landmark_pos", "goal")
+    for k in range(b):
+        _set_state(raw, env, {f: getattr(host, f)[k] for f in fields})
+        for i in range(n):
+            a = acts[group_of[i]][k, within[i]]
+            raw.current_actions[i] = a.copy() if a.ndim else int(a)
+        raw._execute_world_step()
+        for i, (g, w, name) in enumerate(zip(group_of, within, names, strict=True)):
+            obs[g][k, w] = raw.observe(name)
+            rew[g][k, w] = raw.rewards[name]
+            agent = raw.world.agents[i]
+            nxt["agent_pos"][k, i] = agent.state.p_pos
+            nxt["agent_vel"][k, i] = agent.state.p_vel
+            nxt["comm"][k, i] = agent.state.c
+    return obs, rew, nxt
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def random_states(env: MPEEnv, key: jax.Array, batch: int) -> tuple[MPEState, dict]:
+    """``batch`` states to inject and actions to take: positions uniform in
+    ``[−1.3, 1.3]²`` (past the boundary penalty's edge), velocities normal with scale 1
+    (past the speed caps), utterances those of random actions (zeros for a fifth of the
+    speakers, and always for silent agents), goals uniform; actions uniform in the
+    spaces. Returns ``(states [B, ...], actions {g: [B, A_g, ...]})``."""
+    n, lm = env.num_agents_total, env.num_landmarks
+    k_pos, k_lm, k_vel, k_goal, k_say, k_quiet, k_act = jax.random.split(key, 7)
+    ranges = env.goal_ranges
+    goal = jnp.zeros((batch, 0), jnp.int32)
+    if ranges:
+        hi = jnp.asarray(ranges, jnp.int32)
+        goal = jax.random.randint(k_goal, (batch, len(ranges)), 0, hi)
+    said = jax.vmap(env.sample_actions)(jax.random.split(k_say, batch))
+    comm = []
+    for r in env.roles:
+        _, c = jax.vmap(lambda a, r=r: decode_actions(a, r, env.dim_c, env.continuous_actions))(
+            said[r.name]
+        )
+        comm.append(c)
+    quiet = jax.random.uniform(k_quiet, (batch, n, 1)) < 0.2
+    states = MPEState(
+        agent_pos=jax.random.uniform(k_pos, (batch, n, 2), jnp.float32, -1.3, 1.3),
+        agent_vel=jax.random.normal(k_vel, (batch, n, 2), jnp.float32),
+        comm=jnp.where(quiet, 0.0, jnp.concatenate(comm, axis=1)),
+        landmark_pos=jax.random.uniform(k_lm, (batch, lm, 2), jnp.float32, -1.0, 1.0),
+        goal=goal,
+        t=jnp.zeros((batch,), jnp.int32),
+    )
+    actions = jax.vmap(env.sample_actions)(jax.random.split(k_act, batch))
+    return states, actions
+
+
+def parity_errors(env: MPEEnv, params: Any, key: jax.Array, batch: int) -> dict[str, float]:
+    """Steps ``batch`` random states (`random_states`) with ours (one vmapped, jitted
+    call) and with mpe2 (`mpe2_transitions`); returns the largest absolute differences:
+    ``obs``, ``reward`` (each relative to ``max(1, |mpe2's|)``), ``pos``, ``vel``,
+    ``comm``, and ``global_state`` (ours against the concatenated observations)."""
+    states, actions = random_states(env, key, batch)
+    step = jax.jit(jax.vmap(env.step, in_axes=(None, 0, 0, None)))
+    new, ts = step(jax.random.key(0), states, actions, params)
+    gs = jax.jit(jax.vmap(env.global_state, in_axes=(0, None)))(new, params)
+    obs, rew, nxt = mpe2_transitions(env, states, actions)
+
+    def err(a, b, rel=False):
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        scale = np.maximum(1.0, np.abs(b)) if rel else 1.0
+        return float(np.max(np.abs(a - b) / scale)) if a.size else 0.0
+
+    concat = np.concatenate([obs[g].reshape(batch, -1) for g in env.groups], axis=1)
+    return {
+        "obs": max(err(ts.obs[g], obs[g], rel=True) for g in env.groups),
+        "reward": max(err(ts.reward[g], rew[g], rel=True) for g in env.groups),
+        "pos": err(new.agent_pos, nxt["agent_pos"]),
+        "vel": err(new.agent_vel, nxt["agent_vel"]),
+        "comm": err(new.comm, nxt["comm"]),
+        "global_state": err(gs, concat, rel=True),
+    }
