@@ -107,6 +107,32 @@ class MPEEnv(Env[MPEState, MPEParams]):
         """``{g: [A_g, obs_size(g)]}`` float32."""
         raise NotImplementedError
 
+    def check_params(self, params: Any) -> Any:
+        """`Env.check_params` (real, finite), then, for concrete values: ``dt``, ``mass``,
+        ``contact_margin`` and every ``*_size`` positive; ``damping`` and
+        ``local_ratio`` in ``[0, 1]``; ``*_accel`` and ``*_max_speed`` non-negative.
+        Raises ``ValueError`` naming the field."""
+        params = super().check_params(params)
+        for f in dataclasses.fields(params):
+            value = getattr(params, f.name)
+            if isinstance(value, jax.core.Tracer):
+                continue
+            v = np.asarray(value, np.float64)
+            name = f.name
+            if name in ("dt", "mass", "contact_margin") or name.endswith("_size"):
+                ok, rule = bool(np.all(v > 0)), "> 0"
+            elif name in ("damping", "local_ratio"):
+                ok, rule = bool(np.all((v >= 0) & (v <= 1))), "in [0, 1]"
+            elif name.endswith(("accel", "max_speed")):
+                ok, rule = bool(np.all(v >= 0)), ">= 0"
+            else:
+                continue
+            if not ok:
+                raise ValueError(
+                    f"{self.name}: {type(params).__name__}.{name} must be {rule}, got {value!r}"
+                )
+        return params
+
     # ----- static description --------------------------------------------------------
     @property
     def groups(self) -> tuple[str, ...]:

@@ -11,7 +11,6 @@ at a time, without the AEC wrappers. `random_states` draws states to inject and
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
 from typing import Any
 
@@ -116,49 +115,64 @@ def mpe2_transitions(
     return obs, rew, nxt
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2))
-def random_states(env: MPEEnv, key: jax.Array, batch: int) -> tuple[MPEState, dict]:
-    """``batch`` states to inject and actions to take: positions uniform in
-    ``[−1.3, 1.3]²`` (past the boundary penalty's edge), velocities normal with scale 1
-    (past the speed caps), utterances those of random actions (zeros for a fifth of the
-    speakers, and always for silent agents), goals uniform; actions uniform in the
-    spaces. Returns ``(states [B, ...], actions {g: [B, A_g, ...]})``."""
+def random_states(env: MPEEnv, seed: int, batch: int) -> tuple[MPEState, dict]:
+    """``batch`` states to inject and actions to take, drawn by NumPy from ``seed``:
+    positions uniform in ``[−1.3, 1.3]²`` (past the boundary penalty's edge), velocities
+    normal with scale 1 (past the speed caps), utterances those of random actions
+    (zeros for a fifth of the speakers, and always for silent agents), goals uniform;
+    actions uniform in the spaces. Returns ``(states [B, ...], actions {g: [B, A_g, ...]})``
+    as float32/int32 NumPy arrays."""
+    rng = np.random.default_rng(seed)
     n, lm = env.num_agents_total, env.num_landmarks
-    k_pos, k_lm, k_vel, k_goal, k_say, k_quiet, k_act = jax.random.split(key, 7)
-    ranges = env.goal_ranges
-    goal = jnp.zeros((batch, 0), jnp.int32)
-    if ranges:
-        hi = jnp.asarray(ranges, jnp.int32)
-        goal = jax.random.randint(k_goal, (batch, len(ranges)), 0, hi)
-    said = jax.vmap(env.sample_actions)(jax.random.split(k_say, batch))
+
+    def sample() -> dict[str, np.ndarray]:
+        out = {}
+        for g in env.groups:
+            space, shape = env.action_space(g), (batch, env.num_agents(g))
+            if env.continuous_actions:
+                out[g] = rng.uniform(0.0, 1.0, (*shape, *space.shape)).astype(np.float32)
+            else:
+                out[g] = rng.integers(0, space.n, shape).astype(np.int32)
+        return out
+
+    said = sample()
     comm = []
     for r in env.roles:
-        _, c = jax.vmap(lambda a, r=r: decode_actions(a, r, env.dim_c, env.continuous_actions))(
-            said[r.name]
-        )
-        comm.append(c)
-    quiet = jax.random.uniform(k_quiet, (batch, n, 1)) < 0.2
+        flat = said[r.name].reshape(batch * r.count, *env.action_space(r.name).shape)
+        c = decode_actions(jnp.asarray(flat), r, env.dim_c, env.continuous_actions)[1]
+        comm.append(np.asarray(c).reshape(batch, r.count, env.dim_c))
+    quiet = rng.uniform(size=(batch, n, 1)) < 0.2
+    ranges = env.goal_ranges
+    goal = np.zeros((batch, len(ranges)), np.int32)
+    for k, hi in enumerate(ranges):
+        goal[:, k] = rng.integers(0, hi, batch)
+    f32 = np.float32
     states = MPEState(
-        agent_pos=jax.random.uniform(k_pos, (batch, n, 2), jnp.float32, -1.3, 1.3),
-        agent_vel=jax.random.normal(k_vel, (batch, n, 2), jnp.float32),
-        comm=jnp.where(quiet, 0.0, jnp.concatenate(comm, axis=1)),
-        landmark_pos=jax.random.uniform(k_lm, (batch, lm, 2), jnp.float32, -1.0, 1.0),
+        agent_pos=rng.uniform(-1.3, 1.3, (batch, n, 2)).astype(f32),
+        agent_vel=rng.normal(size=(batch, n, 2)).astype(f32),
+        comm=np.where(quiet, 0.0, np.concatenate(comm, axis=1)).astype(f32),
+        landmark_pos=rng.uniform(-1.0, 1.0, (batch, lm, 2)).astype(f32),
         goal=goal,
-        t=jnp.zeros((batch,), jnp.int32),
+        t=np.zeros((batch,), np.int32),
     )
-    actions = jax.vmap(env.sample_actions)(jax.random.split(k_act, batch))
-    return states, actions
+    return states, sample()
 
 
-def parity_errors(env: MPEEnv, params: Any, key: jax.Array, batch: int) -> dict[str, float]:
+def parity_errors(env: MPEEnv, params: Any, seed: int, batch: int) -> dict[str, float]:
     """Steps ``batch`` random states (`random_states`) with ours (one vmapped, jitted
     call) and with mpe2 (`mpe2_transitions`); returns the largest absolute differences:
     ``obs``, ``reward`` (each relative to ``max(1, |mpe2's|)``), ``pos``, ``vel``,
     ``comm``, and ``global_state`` (ours against the concatenated observations)."""
-    states, actions = random_states(env, key, batch)
-    step = jax.jit(jax.vmap(env.step, in_axes=(None, 0, 0, None)))
-    new, ts = step(jax.random.key(0), states, actions, params)
-    gs = jax.jit(jax.vmap(env.global_state, in_axes=(0, None)))(new, params)
+    states, actions = random_states(env, seed, batch)
+
+    @jax.jit
+    def step(states, actions, params):
+        new, ts = jax.vmap(env.step, in_axes=(None, 0, 0, None))(
+            jax.random.key(0), states, actions, params
+        )
+        return new, ts, jax.vmap(env.global_state, in_axes=(0, None))(new, params)
+
+    new, ts, gs = step(states, actions, params)
     obs, rew, nxt = mpe2_transitions(env, states, actions)
 
     def err(a, b, rel=False):

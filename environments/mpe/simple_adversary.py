@@ -39,8 +39,9 @@ class SimpleAdversary(MPEEnv):
     agents ``Σ_adv d_adv − min_good d_good``. Unshaped variants: without
     ``shaped_adv_reward`` the adversary gets ``+5`` when ``d_adv < 2·landmark_size`` and
     good agents ``−5`` per such adversary (instead of the distances); without
-    ``shaped_reward`` good agents also get ``+5`` when ``min_good d_good < 2·landmark_size`` (keeping
-    ``−min_good d_good``). Actions: ``Discrete(5)`` / ``Box(0, 1, (5,))``.
+    ``shaped_reward`` good agents also get ``+5`` when
+    ``min_good d_good < 2·landmark_size`` (keeping ``−min_good d_good``).
+    Actions: ``Discrete(5)`` / ``Box(0, 1, (5,))``.
     """
 
     N: int = 2

@@ -129,8 +129,8 @@ def decode_actions(
         move, word = a % _MOVES, a // _MOVES
     u, c = zeros_u, zeros_c
     if role.movable:
-        f = lambda v: (move == v).astype(jnp.float32)  # noqa: E731
-        u = jnp.stack([f(2) - f(1), f(4) - f(3)], axis=-1)
+        is_move = [(move == v).astype(jnp.float32) for v in range(_MOVES)]
+        u = jnp.stack([is_move[2] - is_move[1], is_move[4] - is_move[3]], axis=-1)
     if not role.silent:
         c = (word[:, None] == jnp.arange(dim_c)[None, :]).astype(jnp.float32)
     return u, c
