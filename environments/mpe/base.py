@@ -84,7 +84,8 @@ class MPEEnv(Env[MPEState, MPEParams]):
 
     @property
     def goal_ranges(self) -> tuple[int, ...]:
-        """``K`` entries: ``state.goal[k]`` is drawn uniform in ``[0, goal_ranges[k])``."""
+        """``K`` entries: ``state.goal[k]`` is drawn uniform in ``[0, goal_ranges[k])``
+        (none: ``state.goal`` is one unused zero)."""
         return ()
 
     def obs_size(self, group: str) -> int:
@@ -183,6 +184,12 @@ class MPEEnv(Env[MPEState, MPEParams]):
         return Box(0.0, 1.0, (n,), jnp.float32) if self.continuous_actions else Discrete(n)
 
     @property
+    def comm_width(self) -> int:
+        """Columns of ``state.comm``: ``C``, or one zero column where ``C = 0`` (no state
+        array is empty, so checkpoints can store every field)."""
+        return max(self.dim_c, 1)
+
+    @property
     def movable(self) -> np.ndarray:
         """``[N]`` bool (static): which agents move."""
         return np.concatenate([np.full(r.count, r.movable) for r in self.roles])
@@ -223,11 +230,11 @@ class MPEEnv(Env[MPEState, MPEParams]):
             goal = jnp.floor(u * jnp.asarray(ranges, jnp.float32)).astype(jnp.int32)
             goal = jnp.minimum(goal, jnp.asarray(ranges, jnp.int32) - 1)
         else:
-            goal = jnp.zeros((0,), jnp.int32)
+            goal = jnp.zeros((1,), jnp.int32)
         state = MPEState(
             agent_pos=jax.random.uniform(k_a, (n, 2), jnp.float32, -1.0, 1.0),
             agent_vel=jnp.zeros((n, 2), jnp.float32),
-            comm=jnp.zeros((n, self.dim_c), jnp.float32),
+            comm=jnp.zeros((n, self.comm_width), jnp.float32),
             landmark_pos=jax.random.uniform(k_l, (lm, 2), jnp.float32, -r, r),
             goal=goal,
             t=jnp.zeros((), jnp.int32),
@@ -245,6 +252,8 @@ class MPEEnv(Env[MPEState, MPEParams]):
             us.append(u)
             cs.append(c)
         u, comm = jnp.concatenate(us), jnp.concatenate(cs)
+        if self.dim_c == 0:
+            comm = jnp.zeros((self.num_agents_total, 1), jnp.float32)
         size, accel, max_speed = self.agent_physics(params)
         lc = self.num_obstacles
         force = u * accel[:, None] + contact_forces(

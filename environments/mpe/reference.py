@@ -68,7 +68,7 @@ def _set_state(raw: Any, env: MPEEnv, s: dict[str, np.ndarray]) -> None:
     for i, a in enumerate(world.agents):
         a.state.p_pos = s["agent_pos"][i].astype(np.float64)
         a.state.p_vel = s["agent_vel"][i].astype(np.float64)
-        a.state.c = s["comm"][i].astype(np.float64)
+        a.state.c = s["comm"][i, : world.dim_c].astype(np.float64)
     for j, lm in enumerate(world.landmarks):
         lm.state.p_pos = s["landmark_pos"][j].astype(np.float64)
         lm.state.p_vel = np.zeros(2)
@@ -96,7 +96,7 @@ def mpe2_transitions(
     nxt = {
         "agent_pos": np.zeros((b, n, 2)),
         "agent_vel": np.zeros((b, n, 2)),
-        "comm": np.zeros((b, n, env.dim_c)),
+        "comm": np.zeros((b, n, env.comm_width)),
     }
     fields = ("agent_pos", "agent_vel", "comm", "landmark_pos", "goal")
     for k in range(b):
@@ -111,7 +111,7 @@ def mpe2_transitions(
             agent = raw.world.agents[i]
             nxt["agent_pos"][k, i] = agent.state.p_pos
             nxt["agent_vel"][k, i] = agent.state.p_vel
-            nxt["comm"][k, i] = agent.state.c
+            nxt["comm"][k, i, : env.dim_c] = agent.state.c
     return obs, rew, nxt
 
 
@@ -141,9 +141,11 @@ def random_states(env: MPEEnv, seed: int, batch: int) -> tuple[MPEState, dict]:
         flat = said[r.name].reshape(batch * r.count, *env.action_space(r.name).shape)
         c = decode_actions(jnp.asarray(flat), r, env.dim_c, env.continuous_actions)[1]
         comm.append(np.asarray(c).reshape(batch, r.count, env.dim_c))
+    if env.dim_c == 0:
+        comm = [np.zeros((batch, n, 1))]
     quiet = rng.uniform(size=(batch, n, 1)) < 0.2
     ranges = env.goal_ranges
-    goal = np.zeros((batch, len(ranges)), np.int32)
+    goal = np.zeros((batch, max(len(ranges), 1)), np.int32)
     for k, hi in enumerate(ranges):
         goal[:, k] = rng.integers(0, hi, batch)
     f32 = np.float32

@@ -53,10 +53,11 @@ class MPEState(EnvState):
     Attributes:
       agent_pos: ``[N, 2]`` float32 positions.
       agent_vel: ``[N, 2]`` float32 velocities.
-      comm: ``[N, C]`` float32 utterances ``c`` (zeros for silent agents).
+      comm: ``[N, C]`` float32 utterances ``c`` (zeros for silent agents; one zero column
+        where the scenario has ``C = 0``).
       landmark_pos: ``[L, 2]`` float32 landmark positions (fixed in an episode).
       goal: ``[K]`` int32 the scenario's random assignments (goal landmark indices, keys),
-        documented by each scenario; ``K = 0`` where it has none.
+        documented by each scenario; one unused zero where it has none.
       t: ``[]`` int32 steps taken in this episode.
     """
 
