@@ -20,30 +20,17 @@ import pytest
 
 import jaxdrive
 from environments.mpe import SCENARIOS, SimpleSpread, SimpleTag
-from environments.mpe.reference import parity_errors
+from environments.mpe.reference import parity_errors, parity_variants
 from jaxdrive.testing import check_env
 
 _TRANSITIONS = 150
 _TOL = 1e-5
 
-# Constructor options of the continuous variants (the discrete ones use mpe2's defaults).
-_OTHER_COUNTS = {
-    "simple_spread": {"N": 5},
-    "simple_tag": {"num_good": 2, "num_adversaries": 4, "num_obstacles": 3},
-    "simple_adversary": {"N": 3},
-    "simple_world_comm": {"num_good": 3, "num_adversaries": 3, "num_food": 3, "num_forests": 1},
-}
-
-
-def _variant(name: str, continuous: bool):
-    counts = _OTHER_COUNTS.get(name, {}) if continuous else {}
-    return SCENARIOS[name](continuous_actions=continuous, **counts)
-
 
 @pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "continuous"])
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_parity_with_mpe2(name, continuous):
-    env = _variant(name, continuous)
+    env = parity_variants(name)[int(continuous)]
     errors = parity_errors(env, env.default_params, seed=7, batch=_TRANSITIONS)
     bad = {k: v for k, v in errors.items() if not v <= _TOL}
     assert not bad, f"{env}: differences above {_TOL}: {bad}"

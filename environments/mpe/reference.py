@@ -21,7 +21,7 @@ import numpy as np
 from environments.mpe.base import MPEEnv
 from environments.mpe.world import MPEState, decode_actions
 
-__all__ = ["make_mpe2", "mpe2_transitions", "parity_errors", "random_states"]
+__all__ = ["make_mpe2", "mpe2_transitions", "parity_errors", "parity_variants", "random_states"]
 
 # Our scenario class name -> mpe2 module (its ``raw_env``).
 _MODULES = {
@@ -35,6 +35,24 @@ _MODULES = {
     "SimpleWorldComm": "simple_world_comm_v3",
     "SimpleCrypto": "simple_crypto_v3",
 }
+
+
+# Constructor options of the continuous variants checked (the discrete ones: mpe2's).
+_OTHER_COUNTS = {
+    "simple_spread": {"N": 5},
+    "simple_tag": {"num_good": 2, "num_adversaries": 4, "num_obstacles": 3},
+    "simple_adversary": {"N": 3},
+    "simple_world_comm": {"num_good": 3, "num_adversaries": 3, "num_food": 3, "num_forests": 1},
+}
+
+
+def parity_variants(name: str) -> tuple[MPEEnv, MPEEnv]:
+    """The two variants of scenario ``name`` that the parity checks step: discrete with
+    mpe2's default counts, continuous with other counts where the scenario has any."""
+    from environments.mpe import SCENARIOS
+
+    cls = SCENARIOS[name]
+    return cls(), cls(continuous_actions=True, **_OTHER_COUNTS.get(name, {}))
 
 
 def make_mpe2(env: MPEEnv) -> Any:

@@ -10,6 +10,9 @@ Suites:
   learning the learning targets: PPO CartPole (8 vmapped seeds), PPO Acrobot, DDPG
            Pendulum, PPO Tag (the ``advnorm`` preset, 1e8 env steps; trained vs random taggers).
   quick    tiny sizes of the env and train suites, for CPUs and the test suite.
+  mpe, mpe_learning, mpe_parity  the MPE suites (`experiments.benchmarks.mpe`): env-only
+           stepping against JaxMARL's MPE, IPPO/MAPPO on simple_spread (10 vmapped seeds),
+           10⁴-transition parity with mpe2 per scenario; mpe_quick: mpe at a tiny size.
   scaling  data-parallel scaling on 1, 2, 4, ... devices (those present): Tag A2C
            1000 envs × (10+100) per device, CartPole A2C 10,000 envs per device; weak
            (envs per device fixed) and strong (the largest count's global batch, split).
@@ -47,8 +50,9 @@ __all__ = [
 
 FLAGS = flags.FLAGS
 SUITES = ("quick", "env", "env_big", "classic", "train", "learning", "scaling")
+MPE_SUITES = ("mpe", "mpe_quick", "mpe_learning", "mpe_parity")  # experiments.benchmarks.mpe
 BACKENDS = ("auto", "xla", "pallas")
-flags.DEFINE_enum("suite", "quick", SUITES, "which benchmark suite to run")
+flags.DEFINE_enum("suite", "quick", SUITES + MPE_SUITES, "which benchmark suite to run")
 flags.DEFINE_string("out", "experiments/benchmarks/results/results.jsonl", "JSON-lines output")
 flags.DEFINE_list("backends", ["xla", "pallas"], f"TagContinuous backends to time {BACKENDS}")
 flags.DEFINE_integer("num_steps", 100, "steps per timed call")
@@ -402,6 +406,10 @@ def _run() -> None:
         records += run_learning_suite(FLAGS.num_seeds)
     if FLAGS.suite == "scaling":
         records += run_scaling_suite(FLAGS.train_iterations, FLAGS.repeats)
+    if FLAGS.suite in MPE_SUITES:
+        from experiments.benchmarks.mpe import run_mpe_suite
+
+        records += run_mpe_suite(FLAGS.suite, FLAGS.repeats)
     if FLAGS.compare:
         print("\nratios against anchors:")
         for line in compare(records, anchors):
