@@ -95,3 +95,16 @@ def test_many_agents(cls, kwargs, group):
     obs = ts.obs[group]
     assert obs.shape == (env.num_agents(group), env.obs_size(group))
     assert bool(jnp.all(jnp.isfinite(obs)))
+
+
+def test_render_and_reset_ranges():
+    from environments.mpe.render import render
+
+    env = SCENARIOS["simple_world_comm"]()
+    state, _ = jax.jit(env.reset)(jax.random.key(3))
+    assert float(jnp.max(jnp.abs(state.landmark_pos))) <= 0.9  # mpe2: uniform in ±0.9
+    assert float(jnp.max(jnp.abs(state.agent_pos))) <= 1.0
+    image = render(env, state)
+    assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[-1] == 3
+    goals = jax.vmap(SCENARIOS["simple_reference"]().reset)(jax.random.split(jax.random.key(0), 64))
+    assert set(np.asarray(goals[0].goal).ravel().tolist()) == {0, 1, 2}

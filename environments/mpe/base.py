@@ -100,6 +100,14 @@ class MPEEnv(Env[MPEState, MPEParams]):
         """Size of the colliding landmarks."""
         return 0.0
 
+    def landmark_sizes(self, params: Any) -> np.ndarray:
+        """``[L]`` the landmarks' sizes (for drawing): the obstacles' size, else mpe2's
+        default entity size 0.05."""
+        lc = self.num_obstacles
+        sizes = np.full(self.num_landmarks, 0.05, np.float32)
+        sizes[:lc] = float(np.asarray(self.obstacle_size(params))) if lc else 0.05
+        return sizes
+
     def rewards(self, state: MPEState, params: Any) -> jax.Array:
         """``[N]`` float32: each agent's reward for arriving in ``state``."""
         raise NotImplementedError
@@ -222,20 +230,21 @@ class MPEEnv(Env[MPEState, MPEParams]):
         """Agents uniform in ``[−1, 1]²`` at rest and silent, landmarks uniform in
         ``[−r, r]²`` (``r = landmark_range``), goals uniform in their ranges."""
         n, lm = self.num_agents_total, self.num_landmarks
-        k_a, k_l, k_g = jax.random.split(key, 3)
-        r = self.landmark_range
         ranges = self.goal_ranges
+        # one draw for everything (no key split): agents, landmarks, goals
+        u = jax.random.uniform(key, (2 * n + 2 * lm + len(ranges),), jnp.float32)
+        r = self.landmark_range
         if ranges:
-            u = jax.random.uniform(k_g, (len(ranges),))
-            goal = jnp.floor(u * jnp.asarray(ranges, jnp.float32)).astype(jnp.int32)
-            goal = jnp.minimum(goal, jnp.asarray(ranges, jnp.int32) - 1)
+            hi = jnp.asarray(ranges, jnp.int32)
+            goal = jnp.floor(u[2 * (n + lm) :] * hi.astype(jnp.float32)).astype(jnp.int32)
+            goal = jnp.minimum(goal, hi - 1)
         else:
             goal = jnp.zeros((1,), jnp.int32)
         state = MPEState(
-            agent_pos=jax.random.uniform(k_a, (n, 2), jnp.float32, -1.0, 1.0),
+            agent_pos=u[: 2 * n].reshape(n, 2) * 2.0 - 1.0,
             agent_vel=jnp.zeros((n, 2), jnp.float32),
             comm=jnp.zeros((n, self.comm_width), jnp.float32),
-            landmark_pos=jax.random.uniform(k_l, (lm, 2), jnp.float32, -r, r),
+            landmark_pos=(u[2 * n : 2 * (n + lm)].reshape(lm, 2) * 2.0 - 1.0) * r,
             goal=goal,
             t=jnp.zeros((), jnp.int32),
         )

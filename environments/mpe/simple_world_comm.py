@@ -7,6 +7,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from environments.mpe.base import MPEEnv, check_count
@@ -125,6 +126,12 @@ class SimpleWorldComm(MPEEnv):
 
     def obstacle_size(self, params: SimpleWorldCommParams) -> jax.Array:
         return params.obstacle_size
+
+    def landmark_sizes(self, params: SimpleWorldCommParams) -> np.ndarray:
+        """``[L]``: obstacles, food, forests."""
+        counts = (self.num_obstacles, self.num_food, self.num_forests)
+        sizes = (params.obstacle_size, params.food_size, params.forest_size)
+        return np.repeat(np.asarray(sizes, np.float32), counts)
 
     def _food(self, state: MPEState) -> jax.Array:
         lo = self.num_obstacles
