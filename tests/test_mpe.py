@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import jaxdrive
-from environments.mpe import SCENARIOS, SimpleSpread, SimpleTag
+from environments.mpe import SCENARIOS, SimpleAdversary, SimpleSpread, SimpleTag
 from environments.mpe.reference import parity_errors, parity_variants
 from jaxdrive.testing import check_env
 
@@ -32,6 +32,21 @@ _TOL = 1e-5
 def test_parity_with_mpe2(name, continuous):
     env = parity_variants(name)[int(continuous)]
     errors = parity_errors(env, env.default_params, seed=7, batch=_TRANSITIONS)
+    bad = {k: v for k, v in errors.items() if not v <= _TOL}
+    assert not bad, f"{env}: differences above {_TOL}: {bad}"
+
+
+@pytest.mark.parametrize("env", [
+    SimpleSpread(N=6, num_agent_neighbors=3, num_landmark_neighbors=2),
+    SimpleTag(num_good=3, num_adversaries=4, num_obstacles=3, num_agent_neighbors=7,
+              num_landmark_neighbors=1, continuous_actions=True),
+    SimpleAdversary(N=4, num_agent_neighbors=2, num_landmark_neighbors=5),
+], ids=repr)  # fmt: skip
+def test_partial_observability_parity_with_mpe2(env):
+    """mpe2's ``num_agent_neighbors`` / ``num_landmark_neighbors``: the nearest entities,
+    nearest first, zero-padded when fewer exist (here tag's 7 > 6 others, adversary's
+    5 > 4 landmarks)."""
+    errors = parity_errors(env, env.default_params, seed=5, batch=_TRANSITIONS)
     bad = {k: v for k, v in errors.items() if not v <= _TOL}
     assert not bad, f"{env}: differences above {_TOL}: {bad}"
 
@@ -85,10 +100,11 @@ def test_params_vmap_over_local_ratio():
 
 @pytest.mark.parametrize("cls, kwargs, group", [
     (SimpleSpread, {"N": 100}, "agent"),
-    (SimpleTag, {"num_good": 70, "num_adversaries": 30}, "adversary"),
+    (SimpleTag, {"num_good": 200, "num_adversaries": 100, "num_agent_neighbors": 8}, "agent"),
 ])  # fmt: skip
 def test_many_agents(cls, kwargs, group):
-    """Hundreds of agents: one vectorised ``[N, N]`` step (no per-agent Python loop)."""
+    """Hundreds of agents: one vectorised ``[N, N]`` step (no per-agent Python loop); the
+    full observation (spread) or the 8 nearest others (tag)."""
     env = cls(**kwargs)
     state, ts = jax.jit(env.reset)(jax.random.key(0))
     state, ts = jax.jit(env.step)(jax.random.key(1), state, env.sample_actions(jax.random.key(2)))

@@ -29,7 +29,7 @@ from jaxdrive.env import Env
 from jaxdrive.spaces import Box, Discrete, Space
 from jaxdrive.types import TimeStep
 
-__all__ = ["MPEEnv", "check_count"]
+__all__ = ["MPEEnv", "check_count", "check_neighbors"]
 
 
 def check_count(owner: str, name: str, value: Any, lo: int) -> int:
@@ -37,6 +37,15 @@ def check_count(owner: str, name: str, value: Any, lo: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < lo:
         raise ValueError(f"{owner}: {name} must be an integer >= {lo}, got {value!r}")
     return int(value)
+
+
+def check_neighbors(env: Any) -> None:
+    """Checks (and normalises to int) ``env.num_agent_neighbors`` and
+    ``env.num_landmark_neighbors``: ``None`` (full observation) or an integer ``>= 1``."""
+    for name in ("num_agent_neighbors", "num_landmark_neighbors"):
+        value = getattr(env, name)
+        if value is not None:
+            object.__setattr__(env, name, check_count(env.name, name, value, 1))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,8 +9,16 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from environments.mpe.base import MPEEnv, check_count
-from environments.mpe.world import MPEParams, MPEState, Role, distances, off_diagonal, relative
+from environments.mpe.base import MPEEnv, check_count, check_neighbors
+from environments.mpe.world import (
+    MPEParams,
+    MPEState,
+    Role,
+    distances,
+    nearest,
+    off_diagonal,
+    relative,
+)
 
 __all__ = ["SimpleAdversary", "SimpleAdversaryParams"]
 
@@ -33,7 +41,10 @@ class SimpleAdversary(MPEEnv):
 
     Observations (relative to the agent): the good agents see the goal, then every
     landmark, then every other agent (agent order): ``[2 + 2N + 2N]``; the adversary does
-    not see the goal: ``[2N + 2N]``.
+    not see the goal: ``[2N + 2N]``. mpe2's partial observability:
+    ``num_landmark_neighbors = l`` and ``num_agent_neighbors = a`` keep the nearest
+    landmarks and others, nearest first, zero-padded (``[2 + 2l + 2a]``, ``[2l + 2a]``);
+    the goal stays observed.
 
     Rewards (``d_x`` = distance of agent ``x`` to the goal): adversary ``−d_adv``; good
     agents ``Σ_adv d_adv − min_good d_good``. Unshaped variants: without
@@ -45,12 +56,15 @@ class SimpleAdversary(MPEEnv):
     """
 
     N: int = 2
+    num_agent_neighbors: int | None = None
+    num_landmark_neighbors: int | None = None
 
     dim_c = 2
 
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "N", check_count(self.name, "N", self.N, 1))
+        check_neighbors(self)
 
     @property
     def roles(self) -> tuple[Role, ...]:
@@ -65,7 +79,10 @@ class SimpleAdversary(MPEEnv):
         return (self.N,)
 
     def obs_size(self, group: str) -> int:
-        return 4 * self.N + (2 if self.role(group).name == "agent" else 0)
+        lms, others = self.num_landmark_neighbors, self.num_agent_neighbors
+        lms = self.N if lms is None else lms
+        others = self.N if others is None else others
+        return 2 * lms + 2 * others + (2 if self.role(group).name == "agent" else 0)
 
     @property
     def default_params(self) -> SimpleAdversaryParams:
@@ -90,9 +107,9 @@ class SimpleAdversary(MPEEnv):
         return jnp.concatenate([adv_r[None], jnp.full((self.N,), pos_term + adv_term)])
 
     def observe(self, state: MPEState, params: SimpleAdversaryParams) -> dict[str, jax.Array]:
-        n1, pos = self.num_agents_total, state.agent_pos
-        lm = relative(state.landmark_pos, pos).reshape(n1, -1)
-        others = off_diagonal(relative(pos, pos)).reshape(n1, -1)
+        pos = state.agent_pos
+        (lm,) = nearest(relative(state.landmark_pos, pos), self.num_landmark_neighbors)
+        (others,) = nearest(off_diagonal(relative(pos, pos)), self.num_agent_neighbors)
         common = jnp.concatenate([lm, others], axis=-1)
         goal = state.landmark_pos[state.goal[0]][None, :] - pos[1:]
         return {"adversary": common[:1], "agent": jnp.concatenate([goal, common[1:]], axis=-1)}

@@ -8,8 +8,16 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from environments.mpe.base import MPEEnv, check_count
-from environments.mpe.world import MPEParams, MPEState, Role, distances, off_diagonal, relative
+from environments.mpe.base import MPEEnv, check_count, check_neighbors
+from environments.mpe.world import (
+    MPEParams,
+    MPEState,
+    Role,
+    distances,
+    nearest,
+    off_diagonal,
+    relative,
+)
 
 __all__ = ["SimpleSpread", "SimpleSpreadParams"]
 
@@ -31,6 +39,9 @@ class SimpleSpread(MPEEnv):
     Observation ``[4 + 2N + 4(N − 1)]``: own velocity, own position, every landmark's
     position relative to the agent, every other agent's relative position (agent order),
     every other agent's utterance (``C = 2`` zeros: the agents are silent).
+    mpe2's partial observability: ``num_landmark_neighbors = l`` keeps the ``l`` nearest
+    landmarks, ``num_agent_neighbors = a`` the ``a`` nearest others (positions and
+    utterances), nearest first, zero-padded: ``[4 + 2l + 4a]``, ``O(N)`` per agent.
 
     Reward: ``(1 − ρ)·G + ρ·l_i`` with ``G = −Σ_landmarks min_agents distance`` and
     ``l_i = −penalty · #{j ≠ i : |p_i − p_j| < 2·size}`` (``ρ`` = ``local_ratio``).
@@ -38,6 +49,8 @@ class SimpleSpread(MPEEnv):
     """
 
     N: int = 3
+    num_agent_neighbors: int | None = None
+    num_landmark_neighbors: int | None = None
 
     dim_c = 2
     agents_collide = True
@@ -45,6 +58,7 @@ class SimpleSpread(MPEEnv):
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "N", check_count(self.name, "N", self.N, 1))
+        check_neighbors(self)
 
     @property
     def roles(self) -> tuple[Role, ...]:
@@ -56,7 +70,10 @@ class SimpleSpread(MPEEnv):
 
     def obs_size(self, group: str) -> int:
         self.role(group)
-        return 4 + 2 * self.N + 4 * (self.N - 1)
+        lms, others = self.num_landmark_neighbors, self.num_agent_neighbors
+        lms = self.N if lms is None else lms
+        others = self.N - 1 if others is None else others
+        return 4 + 2 * lms + 4 * others
 
     @property
     def default_params(self) -> SimpleSpreadParams:
@@ -75,8 +92,8 @@ class SimpleSpread(MPEEnv):
 
     def observe(self, state: MPEState, params: SimpleSpreadParams) -> dict[str, jax.Array]:
         n, pos = self.N, state.agent_pos
-        lm = relative(state.landmark_pos, pos).reshape(n, -1)
-        others = off_diagonal(relative(pos, pos)).reshape(n, -1)
+        (lm,) = nearest(relative(state.landmark_pos, pos), self.num_landmark_neighbors)
         comm = off_diagonal(jnp.broadcast_to(state.comm[None], (n, n, self.dim_c)))
-        parts = [state.agent_vel, pos, lm, others, comm.reshape(n, -1)]
+        others, said = nearest(off_diagonal(relative(pos, pos)), self.num_agent_neighbors, comm)
+        parts = [state.agent_vel, pos, lm, others, said]
         return {"agent": jnp.concatenate(parts, axis=-1)}

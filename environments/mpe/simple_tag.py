@@ -8,13 +8,14 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from environments.mpe.base import MPEEnv, check_count
+from environments.mpe.base import MPEEnv, check_count, check_neighbors
 from environments.mpe.world import (
     MPEParams,
     MPEState,
     Role,
     bound_penalty,
     distances,
+    nearest,
     off_diagonal,
     relative,
 )
@@ -47,6 +48,11 @@ class SimpleTag(MPEEnv):
     agents among the others: ``[4 + 2L + 2(N − 1) + 2G]`` for adversaries,
     ``[4 + 2L + 2(N − 1) + 2(G − 1)]`` for good agents.
 
+    mpe2's partial observability: ``num_landmark_neighbors = l`` keeps the ``l`` nearest
+    obstacles, ``num_agent_neighbors = a`` the ``a`` nearest others, each with its
+    velocity if it is a good agent (else zeros), nearest first, zero-padded: both groups
+    ``[4 + 2l + 4a]``, ``O(N)`` per agent.
+
     Rewards (contact: ``|p_a − p_g| < s_a + s_g``): a good agent gets
     ``−collision_reward`` per adversary touching it and ``−Σ_xy bound(|x|)``
     (`bound_penalty`); every adversary gets ``+collision_reward`` per contact of any
@@ -58,6 +64,8 @@ class SimpleTag(MPEEnv):
     num_good: int = 1
     num_adversaries: int = 3
     num_obstacles: int = 2  # type: ignore[assignment]
+    num_agent_neighbors: int | None = None
+    num_landmark_neighbors: int | None = None
 
     dim_c = 2
     agents_collide = True
@@ -67,6 +75,7 @@ class SimpleTag(MPEEnv):
         super().__post_init__()
         for name, lo in (("num_good", 1), ("num_adversaries", 1), ("num_obstacles", 0)):
             object.__setattr__(self, name, check_count(self.name, name, getattr(self, name), lo))
+        check_neighbors(self)
 
     @property
     def roles(self) -> tuple[Role, ...]:
@@ -78,7 +87,12 @@ class SimpleTag(MPEEnv):
 
     def obs_size(self, group: str) -> int:
         n, g = self.num_agents_total, self.num_good
-        base = 4 + 2 * self.num_obstacles + 2 * (n - 1)
+        lms, others = self.num_landmark_neighbors, self.num_agent_neighbors
+        lms = self.num_obstacles if lms is None else lms
+        if others is not None:
+            self.role(group)
+            return 4 + 2 * lms + 4 * others
+        base = 4 + 2 * lms + 2 * (n - 1)
         return base + 2 * (g if self.role(group).name == "adversary" else g - 1)
 
     @property
@@ -114,9 +128,15 @@ class SimpleTag(MPEEnv):
     def observe(self, state: MPEState, params: SimpleTagParams) -> dict[str, jax.Array]:
         a, g, n = self.num_adversaries, self.num_good, self.num_agents_total
         pos, vel = state.agent_pos, state.agent_vel
-        lm = relative(state.landmark_pos, pos).reshape(n, -1)
-        others = off_diagonal(relative(pos, pos)).reshape(n, -1)
-        common = jnp.concatenate([vel, pos, lm, others], axis=-1)
+        (lm,) = nearest(relative(state.landmark_pos, pos), self.num_landmark_neighbors)
+        rel = off_diagonal(relative(pos, pos))  # [N, N-1, 2]
+        if self.num_agent_neighbors is not None:
+            good = (jnp.arange(n) >= a).astype(jnp.float32)[None, :, None]
+            vels = off_diagonal(jnp.broadcast_to(vel[None] * good, (n, n, 2)))
+            others, seen_vel = nearest(rel, self.num_agent_neighbors, vels)
+            obs = jnp.concatenate([vel, pos, lm, others, seen_vel], axis=-1)
+            return {"adversary": obs[:a], "agent": obs[a:]}
+        common = jnp.concatenate([vel, pos, lm, rel.reshape(n, -1)], axis=-1)
         good_vel = vel[a:]  # [G, 2]
         adv_obs = jnp.concatenate(
             [common[:a], jnp.broadcast_to(good_vel.reshape(1, -1), (a, 2 * g))], axis=-1

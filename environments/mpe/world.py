@@ -38,6 +38,7 @@ __all__ = [
     "distances",
     "integrate",
     "move_size",
+    "nearest",
     "off_diagonal",
     "relative",
 ]
@@ -230,3 +231,27 @@ def bound_penalty(pos: jax.Array) -> jax.Array:
         x < 0.9, 0.0, jnp.where(x < 1.0, (x - 0.9) * 10.0, jnp.minimum(jnp.exp(2 * x - 2), 10.0))
     )
     return jnp.sum(b, axis=-1)
+
+
+def nearest(rel: jax.Array, k: int | None, *extras: jax.Array) -> list[jax.Array]:
+    """mpe2's partial observability (``padded_relative_positions`` and friends): from
+    ``rel [N, M, 2]`` (entities relative to each agent) and ``extras [N, M, D]`` (their
+    other features), the ``k`` nearest entities per agent, nearest first (ties: lower
+    index), flattened and zero-padded to ``k`` slots: ``[rel [N, 2k], *extras [N, D·k]]``.
+    ``k = None``: every entity in order (full observation). ``O(N·M)`` distances and a
+    ``top_k`` per agent."""
+    n, m = rel.shape[:2]
+    arrays = (rel, *extras)
+    if k is None:
+        return [a.reshape(n, -1) for a in arrays]
+    kk = min(k, m)
+    out = []
+    if kk > 0:
+        dist = jnp.sqrt(rel[..., 0] * rel[..., 0] + rel[..., 1] * rel[..., 1])
+        _, idx = jax.lax.top_k(-dist, kk)  # [N, kk]
+    for a in arrays:
+        got = jnp.take_along_axis(a, idx[..., None], axis=1) if kk > 0 else a[:, :0]
+        if k > kk:
+            got = jnp.concatenate([got, jnp.zeros((n, k - kk, a.shape[-1]), a.dtype)], axis=1)
+        out.append(got.reshape(n, -1))
+    return out
