@@ -253,7 +253,9 @@ class MPEEnv(Env[MPEState, MPEParams]):
             agent_pos=u[: 2 * n].reshape(n, 2) * 2.0 - 1.0,
             agent_vel=jnp.zeros((n, 2), jnp.float32),
             comm=jnp.zeros((n, self.comm_width), jnp.float32),
-            landmark_pos=(u[2 * n : 2 * (n + lm)].reshape(lm, 2) * 2.0 - 1.0) * r,
+            # one multiply-add (``u·2r − r``): the stored value and the observations'
+            # recomputation of it in a fused kernel round alike
+            landmark_pos=u[2 * n : 2 * (n + lm)].reshape(lm, 2) * (2.0 * r) - r,
             goal=goal,
             t=jnp.zeros((), jnp.int32),
         )
@@ -292,3 +294,4 @@ class MPEEnv(Env[MPEState, MPEParams]):
         )
         new = state.replace(agent_pos=pos, agent_vel=vel, comm=comm, t=state.t + 1)
         return new, self._timestep(new, params, self.rewards(new, params))
+
