@@ -294,4 +294,3 @@ class MPEEnv(Env[MPEState, MPEParams]):
         )
         new = state.replace(agent_pos=pos, agent_vel=vel, comm=comm, t=state.t + 1)
         return new, self._timestep(new, params, self.rewards(new, params))
-

@@ -15,6 +15,7 @@ from environments.mpe.world import (
     MPEState,
     Role,
     distances,
+    fold,
     nearest,
     off_diagonal,
     relative,
@@ -96,7 +97,7 @@ class SimpleAdversary(MPEEnv):
         goal = state.landmark_pos[state.goal[0]]
         d = distances(state.agent_pos, goal[None])[:, 0]  # [N + 1]
         near = d < 2.0 * params.landmark_size
-        adv_d, best = d[0], jnp.min(d[1:])
+        adv_d, best = d[0], fold("min", d[1:], 0)
         adv_term = jnp.where(params.shaped_adv_reward, adv_d, jnp.where(near[0], -5.0, 0.0))
         pos_term = jnp.where(
             params.shaped_reward,

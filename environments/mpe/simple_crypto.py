@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from environments.mpe.base import MPEEnv
-from environments.mpe.world import MPEParams, MPEState, Role
+from environments.mpe.world import MPEParams, MPEState, Role, fold
 
 __all__ = ["SimpleCrypto", "SimpleCryptoParams"]
 
@@ -66,7 +66,7 @@ class SimpleCrypto(MPEEnv):
     def rewards(self, state: MPEState, params: SimpleCryptoParams) -> jax.Array:
         target = self._colour(state.goal[0])
         c = state.comm[:2]  # eve, bob
-        err = jnp.where(jnp.any(c != 0, axis=-1), jnp.sum((c - target) ** 2, axis=-1), 0.0)
+        err = jnp.where(fold("any", c != 0, -1), fold("sum", (c - target) ** 2, -1), 0.0)
         good = err[0] - err[1]
         return jnp.stack([-err[0], good, good])
 

@@ -67,7 +67,7 @@ class SimpleSpeakerListener(MPEEnv):
 
     def rewards(self, state: MPEState, params: SimpleSpeakerListenerParams) -> jax.Array:
         d = state.agent_pos[1] - state.landmark_pos[state.goal[0]]
-        return jnp.full((2,), -jnp.sum(d * d))
+        return jnp.full((2,), -(d[0] * d[0] + d[1] * d[1]))
 
     def observe(self, state: MPEState, params: SimpleSpeakerListenerParams) -> dict[str, jax.Array]:
         colour = jnp.asarray(LANDMARK_COLOURS)[state.goal[0]]

@@ -14,6 +14,7 @@ from environments.mpe.world import (
     MPEState,
     Role,
     distances,
+    fold,
     nearest,
     off_diagonal,
     relative,
@@ -84,9 +85,9 @@ class SimpleSpread(MPEEnv):
         return jnp.full((n,), params.agent_size), jnp.full((n,), params.accel), None
 
     def rewards(self, state: MPEState, params: SimpleSpreadParams) -> jax.Array:
-        cover = -jnp.sum(jnp.min(distances(state.agent_pos, state.landmark_pos), axis=0))
+        cover = -fold("sum", fold("min", distances(state.agent_pos, state.landmark_pos), 0), 0)
         d = off_diagonal(distances(state.agent_pos, state.agent_pos))  # [N, N-1]
-        hits = jnp.sum((d < 2.0 * params.agent_size).astype(jnp.float32), axis=-1)
+        hits = fold("sum", (d < 2.0 * params.agent_size).astype(jnp.float32), -1)
         ratio = params.local_ratio
         return cover * (1.0 - ratio) - params.collision_penalty * hits * ratio
 

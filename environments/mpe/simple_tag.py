@@ -15,6 +15,7 @@ from environments.mpe.world import (
     Role,
     bound_penalty,
     distances,
+    fold,
     nearest,
     off_diagonal,
     relative,
@@ -118,11 +119,12 @@ class SimpleTag(MPEEnv):
         d = distances(good, adv)  # [G, A]
         touch = (d < params.agent_size + params.adversary_size).astype(jnp.float32)
         w = params.collision_reward
-        good_r = -w * jnp.sum(touch, axis=1) - bound_penalty(good)
-        adv_r = jnp.full((a,), w * jnp.sum(touch))
+        per_good = fold("sum", touch, 1)  # [G]
+        good_r = -w * per_good - bound_penalty(good)
+        adv_r = jnp.full((a,), w * fold("sum", per_good, 0))
         shaped = jnp.asarray(params.shaped_reward, jnp.float32)
-        good_r = good_r + shaped * 0.1 * jnp.sum(d, axis=1)
-        adv_r = adv_r - shaped * 0.1 * jnp.sum(jnp.min(d, axis=0))
+        good_r = good_r + shaped * 0.1 * fold("sum", d, 1)
+        adv_r = adv_r - shaped * 0.1 * fold("sum", fold("min", d, 0), 0)
         return jnp.concatenate([adv_r, good_r])
 
     def observe(self, state: MPEState, params: SimpleTagParams) -> dict[str, jax.Array]:

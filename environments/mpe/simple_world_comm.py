@@ -17,6 +17,7 @@ from environments.mpe.world import (
     Role,
     bound_penalty,
     distances,
+    fold,
     off_diagonal,
     relative,
 )
@@ -142,16 +143,17 @@ class SimpleWorldComm(MPEEnv):
         adv, good = state.agent_pos[:a], state.agent_pos[a:]
         d = distances(good, adv)  # [G, A]
         touch = (d < params.agent_size + params.adversary_size).astype(jnp.float32)
+        per_good = fold("sum", touch, 1)  # [G]
         w = params.collision_reward
         food_d = distances(good, self._food(state))  # [G, food]
-        eats = jnp.sum((food_d < params.agent_size + params.food_size).astype(jnp.float32), 1)
+        eats = fold("sum", (food_d < params.agent_size + params.food_size).astype(jnp.float32), 1)
         good_r = (
-            -w * jnp.sum(touch, axis=1)
+            -w * per_good
             - params.boundary_weight * bound_penalty(good)
             + params.food_reward * eats
-            - params.food_distance_weight * jnp.min(food_d, axis=1)
+            - params.food_distance_weight * fold("min", food_d, 1)
         )
-        adv_r = w * jnp.sum(touch) - params.chase_distance_weight * jnp.min(d, axis=0)
+        adv_r = w * fold("sum", per_good, 0) - params.chase_distance_weight * fold("min", d, 0)
         return jnp.concatenate([adv_r, good_r])
 
     def observe(self, state: MPEState, params: SimpleWorldCommParams) -> dict[str, jax.Array]:
@@ -162,8 +164,8 @@ class SimpleWorldComm(MPEEnv):
         forests = state.landmark_pos[lo:]
         inside = distances(pos, forests) < size[:, None] + params.forest_size  # [N, F]
         inf = inside.astype(jnp.float32)
-        share = (inf @ inf.T) > 0  # [N, N] a common forest
-        free = ~jnp.any(inside, axis=1)
+        share = fold("any", inside[:, None, :] & inside[None, :, :], -1)  # [N, N] same forest
+        free = ~fold("any", inside, 1)
         leader = jnp.arange(n) == 0
         seen = share | (free[:, None] & free[None, :]) | leader[:, None]
         seen = off_diagonal(seen.astype(jnp.float32))  # [N, N-1]

@@ -36,6 +36,7 @@ __all__ = [
     "contact_forces",
     "decode_actions",
     "distances",
+    "fold",
     "integrate",
     "move_size",
     "nearest",
@@ -45,6 +46,13 @@ __all__ = [
 
 #: Movement choices of a discrete action: no-op, −x, +x, −y, +y.
 _MOVES = 5
+#: Reductions over at most this many entries are unrolled (`fold`).
+_UNROLL = 8
+_FOLDS = {
+    "sum": (jnp.add, jnp.sum),
+    "min": (jnp.minimum, jnp.min),
+    "any": (jnp.logical_or, jnp.any),
+}
 
 
 @struct.dataclass
@@ -138,6 +146,22 @@ def decode_actions(
     return u, c
 
 
+def fold(kind: str, x: jax.Array, axis: int) -> jax.Array:
+    """``x`` reduced over ``axis`` by ``kind`` (``"sum"``, ``"min"`` or ``"any"``). An axis
+    of at most 8 entries becomes a chain of elementwise operations, which XLA fuses with
+    their producers and consumers (on a GPU a reduction ends a fused kernel); longer axes
+    use XLA's reduction."""
+    axis = axis % x.ndim
+    op, reduce = _FOLDS[kind]
+    n = x.shape[axis]
+    if n == 0 or n > _UNROLL:
+        return reduce(x, axis=axis)
+    out = jax.lax.index_in_dim(x, 0, axis, keepdims=False)
+    for i in range(1, n):
+        out = op(out, jax.lax.index_in_dim(x, i, axis, keepdims=False))
+    return out
+
+
 def relative(targets: jax.Array, origins: jax.Array) -> jax.Array:
     """``targets [M, 2]``, ``origins [N, 2]`` -> ``[N, M, 2]``: ``targets[m] − origins[n]``."""
     return targets[None, :, :] - origins[:, None, :]
@@ -189,11 +213,12 @@ def contact_forces(
         eye = np.eye(n, dtype=bool)
         dist = jnp.where(eye, 1.0, dist)
         pair = _pair_force(delta, dist, size[:, None] + size[None, :], params)
-        force = force + jnp.sum(jnp.where(eye[..., None], 0.0, pair), axis=1)
+        force = force + fold("sum", jnp.where(eye[..., None], 0.0, pair), 1)
     if obstacle_pos is not None and obstacle_pos.shape[0] > 0:
         delta = pos[:, None, :] - obstacle_pos[None, :, :]  # [N, Lc, 2]
         dist = jnp.sqrt(delta[..., 0] * delta[..., 0] + delta[..., 1] * delta[..., 1])
-        force = force + jnp.sum(_pair_force(delta, dist, size[:, None] + obstacle_size, params), 1)
+        pair = _pair_force(delta, dist, size[:, None] + obstacle_size, params)
+        force = force + fold("sum", pair, 1)
     return force
 
 
@@ -230,7 +255,7 @@ def bound_penalty(pos: jax.Array) -> jax.Array:
     b = jnp.where(
         x < 0.9, 0.0, jnp.where(x < 1.0, (x - 0.9) * 10.0, jnp.minimum(jnp.exp(2 * x - 2), 10.0))
     )
-    return jnp.sum(b, axis=-1)
+    return b[..., 0] + b[..., 1]
 
 
 def nearest(rel: jax.Array, k: int | None, *extras: jax.Array) -> list[jax.Array]:
