@@ -7,8 +7,9 @@ same random actions, and compares observations and rewards (relative to
 ``max(1, |mpe2's|)``), next positions, velocities and utterances (absolute), and
 ``global_state`` against mpe2's ``state()`` layout, all within ``1e-5``: float32
 rounding of float64 arithmetic. Each scenario runs discrete with mpe2's default counts
-and continuous with other counts, ``_TRANSITIONS`` transitions each;
-``python -m experiments.benchmarks.run --suite=mpe_parity`` runs 10⁴ per variant.
+and continuous with other counts, and mpe2's partial observability, ``_TRANSITIONS``
+transitions each; ``python -m experiments.benchmarks.run --suite=mpe_parity`` runs 10⁴ per
+variant and `check_env` on every variant.
 """
 
 from __future__ import annotations
@@ -27,35 +28,35 @@ _TRANSITIONS = 150
 _TOL = 1e-5
 
 
-@pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "continuous"])
-@pytest.mark.parametrize("name", list(SCENARIOS))
-def test_parity_with_mpe2(name, continuous):
-    env = parity_variants(name)[int(continuous)]
-    errors = parity_errors(env, env.default_params, seed=7, batch=_TRANSITIONS)
-    bad = {k: v for k, v in errors.items() if not v <= _TOL}
-    assert not bad, f"{env}: differences above {_TOL}: {bad}"
-
-
-@pytest.mark.parametrize("env", [
+# Parity variants: every scenario discrete (mpe2's counts) and continuous (other counts),
+# then mpe2's partial observability (tag's 7 > 6 others and adversary's 5 > 4 landmarks
+# are zero-padded).
+_VARIANTS = [env for name in SCENARIOS for env in parity_variants(name)] + [
     SimpleSpread(N=6, num_agent_neighbors=3, num_landmark_neighbors=2),
     SimpleTag(num_good=3, num_adversaries=4, num_obstacles=3, num_agent_neighbors=7,
               num_landmark_neighbors=1, continuous_actions=True),
     SimpleAdversary(N=4, num_agent_neighbors=2, num_landmark_neighbors=5),
-], ids=repr)  # fmt: skip
-def test_partial_observability_parity_with_mpe2(env):
-    """mpe2's ``num_agent_neighbors`` / ``num_landmark_neighbors``: the nearest entities,
-    nearest first, zero-padded when fewer exist (here tag's 7 > 6 others, adversary's
-    5 > 4 landmarks)."""
-    errors = parity_errors(env, env.default_params, seed=5, batch=_TRANSITIONS)
-    bad = {k: v for k, v in errors.items() if not v <= _TOL}
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def parity():
+    """Every variant's largest differences from mpe2 (ours in one compiled program)."""
+    return dict(zip(_VARIANTS, parity_errors(_VARIANTS, seed=7, batch=_TRANSITIONS), strict=True))
+
+
+@pytest.mark.parametrize("env", _VARIANTS, ids=repr)
+def test_parity_with_mpe2(parity, env):
+    bad = {k: v for k, v in parity[env].items() if not v <= _TOL}
     assert not bad, f"{env}: differences above {_TOL}: {bad}"
 
 
-@pytest.mark.parametrize("name", list(SCENARIOS))
+@pytest.mark.parametrize("name", ["simple_spread", "simple_speaker_listener"])
 def test_check_env(name):
     """The conformance check (jit, vmap, scan, shapes, determinism, no retrace) over a
-    full episode (discrete actions; the continuous step runs jitted and vmapped in the
-    parity test)."""
+    full episode: one group of movers; a speaker and a listener (two groups, an
+    immovable agent). ``--suite=mpe_parity`` runs it on every scenario and action
+    variant (the parity test above steps every variant jitted and vmapped)."""
     env = SCENARIOS[name]()
     report = check_env(env, num_steps=env.max_cycles + 1, num_envs=2)
     assert report["episodes"] == 1
@@ -98,19 +99,26 @@ def test_params_vmap_over_local_ratio():
     np.testing.assert_allclose(r[1], 0.5 * (r[0] + r[2]), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("cls, kwargs, group", [
-    (SimpleSpread, {"N": 100}, "agent"),
-    (SimpleTag, {"num_good": 200, "num_adversaries": 100, "num_agent_neighbors": 8}, "agent"),
-])  # fmt: skip
-def test_many_agents(cls, kwargs, group):
+def test_many_agents():
     """Hundreds of agents: one vectorised ``[N, N]`` step (no per-agent Python loop); the
-    full observation (spread) or the 8 nearest others (tag)."""
-    env = cls(**kwargs)
-    state, ts = jax.jit(env.reset)(jax.random.key(0))
-    state, ts = jax.jit(env.step)(jax.random.key(1), state, env.sample_actions(jax.random.key(2)))
-    obs = ts.obs[group]
-    assert obs.shape == (env.num_agents(group), env.obs_size(group))
-    assert bool(jnp.all(jnp.isfinite(obs)))
+    full observation (spread, 100 agents) and the 8 nearest others (tag, 300 agents)."""
+    envs = (
+        SimpleSpread(N=100),
+        SimpleTag(num_good=200, num_adversaries=100, num_agent_neighbors=8),
+    )
+
+    @jax.jit
+    def run(key):
+        out = []
+        for env in envs:
+            state, _ = env.reset(key)
+            out.append(env.step(key, state, env.sample_actions(key))[1].obs)
+        return out
+
+    for env, obs in zip(envs, run(jax.random.key(0)), strict=True):
+        for g in env.groups:
+            assert obs[g].shape == (env.num_agents(g), env.obs_size(g))
+            assert bool(jnp.all(jnp.isfinite(obs[g])))
 
 
 def test_render_and_reset():

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections.abc import Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from environments.mpe.base import MPEEnv
-from environments.mpe.world import MPEState, decode_actions
+from environments.mpe.world import MPEState
 
 __all__ = ["make_mpe2", "mpe2_transitions", "parity_errors", "parity_variants", "random_states"]
 
@@ -137,7 +137,8 @@ def random_states(env: MPEEnv, seed: int, batch: int) -> tuple[MPEState, dict]:
     """``batch`` states to inject and actions to take, drawn by NumPy from ``seed``:
     positions uniform in ``[−1.3, 1.3]²`` (past the boundary penalty's edge), velocities
     normal with scale 1 (past the speed caps), utterances those of random actions
-    (zeros for a fifth of the speakers, and always for silent agents), goals uniform;
+    (one-hot words, or the continuous values; zeros for a fifth of the speakers, and
+    always for silent agents), goals uniform;
     actions uniform in the spaces. Returns ``(states [B, ...], actions {g: [B, A_g, ...]})``
     as float32/int32 NumPy arrays."""
     rng = np.random.default_rng(seed)
@@ -154,13 +155,16 @@ def random_states(env: MPEEnv, seed: int, batch: int) -> tuple[MPEState, dict]:
         return out
 
     said = sample()
-    comm = []
-    for r in env.roles:
-        flat = said[r.name].reshape(batch * r.count, *env.action_space(r.name).shape)
-        c = decode_actions(jnp.asarray(flat), r, env.dim_c, env.continuous_actions)[1]
-        comm.append(np.asarray(c).reshape(batch, r.count, env.dim_c))
-    if env.dim_c == 0:
-        comm = [np.zeros((batch, n, 1))]
+    comm = [np.zeros((batch, r.count, env.comm_width), np.float32) for r in env.roles]
+    for r, c in zip(env.roles, comm, strict=True):
+        if r.silent:
+            continue
+        a, first = said[r.name], 5 if r.movable else 0  # words after the 5 moves
+        if env.continuous_actions:
+            c[..., : env.dim_c] = a[..., first : first + env.dim_c]
+        else:
+            word = a // 5 if r.movable else a
+            c[..., : env.dim_c] = np.arange(env.dim_c) == word[..., None]
     quiet = rng.uniform(size=(batch, n, 1)) < 0.2
     ranges = env.goal_ranges
     goal = np.zeros((batch, max(len(ranges), 1)), np.int32)
@@ -178,22 +182,38 @@ def random_states(env: MPEEnv, seed: int, batch: int) -> tuple[MPEState, dict]:
     return states, sample()
 
 
-def parity_errors(env: MPEEnv, params: Any, seed: int, batch: int) -> dict[str, float]:
-    """Steps ``batch`` random states (`random_states`) with ours (one vmapped, jitted
-    call) and with mpe2 (`mpe2_transitions`); returns the largest absolute differences:
-    ``obs``, ``reward`` (each relative to ``max(1, |mpe2's|)``), ``pos``, ``vel``,
-    ``comm``, and ``global_state`` (ours against the concatenated observations)."""
-    states, actions = random_states(env, seed, batch)
+def parity_errors(
+    envs: Sequence[MPEEnv], seed: int, batch: int, params: Sequence[Any] | None = None
+) -> list[dict[str, float]]:
+    """For each env of ``envs`` (with its ``params``, default its defaults): ``batch``
+    random states (`random_states`) stepped by ours and by mpe2 (`mpe2_transitions`);
+    ours for every env in one jitted program (vmapped over the batch). Returns per env
+    the largest differences: ``obs``, ``reward`` (each relative to
+    ``max(1, |mpe2's|)``), ``pos``, ``vel``, ``comm`` (absolute), and ``global_state``
+    (ours against mpe2's observations concatenated, relative)."""
+    envs = tuple(envs)
+    params = tuple(e.default_params for e in envs) if params is None else tuple(params)
+    drawn = [random_states(env, seed, batch) for env in envs]
 
     @jax.jit
-    def step(states, actions, params):
-        new, ts = jax.vmap(env.step, in_axes=(None, 0, 0, None))(
-            jax.random.key(0), states, actions, params
-        )
-        return new, ts, jax.vmap(env.global_state, in_axes=(0, None))(new, params)
+    def step_all(drawn, params):
+        out = []
+        for env, (states, actions), p in zip(envs, drawn, params, strict=True):
+            new, ts = jax.vmap(env.step, in_axes=(None, 0, 0, None))(
+                jax.random.key(0), states, actions, p
+            )
+            out.append((new, ts, jax.vmap(env.global_state, in_axes=(0, None))(new, p)))
+        return out
 
-    new, ts, gs = step(states, actions, params)
-    obs, rew, nxt = mpe2_transitions(env, states, actions)
+    return [
+        _errors(env, batch, ours, mpe2_transitions(env, *d))
+        for env, d, ours in zip(envs, drawn, step_all(drawn, params), strict=True)
+    ]
+
+
+def _errors(env: MPEEnv, batch: int, ours: Any, theirs: Any) -> dict[str, float]:
+    new, ts, gs = ours
+    obs, rew, nxt = theirs
 
     def err(a, b, rel=False):
         a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)

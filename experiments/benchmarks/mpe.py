@@ -15,9 +15,9 @@ hyper-parameters and budget (`experiments/configs/mpe.py`), 10 seeds vmapped in 
 program: final return per seed and wall time (compile included).
 
 ``--suite=mpe_parity``: every scenario, discrete (mpe2's counts) and continuous (other
-counts), 10⁴ transitions each from injected states against mpe2
-(`environments.mpe.reference.parity_errors`); records the largest differences and
-whether all are within ``1e-5``.
+counts): `jaxdrive.testing.check_env` (it raises on failure) and 10⁴ transitions from
+injected states against mpe2 (`environments.mpe.reference.parity_errors`); records the
+largest differences and whether all are within ``1e-5``.
 """
 
 from __future__ import annotations
@@ -183,20 +183,22 @@ def _learning_suite(num_seeds: int) -> list[dict[str, Any]]:
 def _parity_suite(transitions: int) -> list[dict[str, Any]]:
     from environments.mpe import SCENARIOS
     from environments.mpe.reference import parity_errors, parity_variants
+    from jaxdrive.testing import check_env
 
     records = []
     for name in SCENARIOS:
         for env in parity_variants(name):
             t0 = time.perf_counter()
-            errors = parity_errors(env, env.default_params, seed=11, batch=transitions)
+            check_env(env, num_steps=env.max_cycles + 1, num_envs=2)
+            (errors,) = parity_errors([env], seed=11, batch=transitions)
             ok = all(v <= _PARITY_TOL for v in errors.values())
             records.append(
                 dict(bench="mpe_parity", env=repr(env), transitions=transitions, ok=ok, **errors)
             )
             worst = max(errors, key=errors.get)
             print(
-                f"mpe_parity {env!r:<110} {'ok' if ok else 'FAIL'}  worst {worst} "
-                f"{errors[worst]:.1e}  {time.perf_counter() - t0:.1f}s",
+                f"mpe_parity {env!r:<110} check_env ok, parity {'ok' if ok else 'FAIL'}  "
+                f"worst {worst} {errors[worst]:.1e}  {time.perf_counter() - t0:.1f}s",
                 flush=True,
             )
     return records
