@@ -24,7 +24,7 @@ from environments.mpe.simple_speaker_listener import (
     SimpleSpeakerListenerParams,
 )
 from environments.mpe.simple_spread import SimpleSpread, SimpleSpreadParams
-from environments.mpe.simple_tag import SimpleTag, SimpleTagParams
+from environments.mpe.simple_tag import ChaseParams, SimpleTag, SimpleTagParams
 from environments.mpe.simple_world_comm import SimpleWorldComm, SimpleWorldCommParams
 from environments.mpe.world import MPEParams, MPEState, Role
 
@@ -43,6 +43,7 @@ SCENARIOS = {
 
 __all__ = [
     "SCENARIOS",
+    "ChaseParams",
     "MPEEnv",
     "MPEParams",
     "MPEState",

@@ -21,12 +21,14 @@ from environments.mpe.world import (
     relative,
 )
 
-__all__ = ["SimpleTag", "SimpleTagParams"]
+__all__ = ["ChaseParams", "SimpleTag", "SimpleTagParams", "chase_physics"]
 
 
 @struct.dataclass
-class SimpleTagParams(MPEParams):
-    """`MPEParams` plus tag's numbers (mpe2's defaults)."""
+class ChaseParams(MPEParams):
+    """`MPEParams` plus the physics of the chase scenarios (tag, world_comm): the
+    adversaries' and good agents' sizes, sensitivities and speed caps, the obstacles'
+    size, and the reward per (good agent, adversary) contact."""
 
     adversary_size: float = 0.075
     agent_size: float = 0.05
@@ -35,7 +37,27 @@ class SimpleTagParams(MPEParams):
     adversary_max_speed: float = 1.0
     agent_max_speed: float = 1.3
     obstacle_size: float = 0.2
-    collision_reward: float = 10.0  # per (good agent, adversary) contact
+    collision_reward: float = 10.0
+
+
+def chase_physics(env: MPEEnv, params: ChaseParams) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(size, accel, max_speed)``, each ``[N]``: group ``"agent"`` the good agents'
+    values, every other group the adversaries'."""
+
+    def each(adv, good):
+        return env.per_agent({r.name: good if r.name == "agent" else adv for r in env.roles})
+
+    return (
+        each(params.adversary_size, params.agent_size),
+        each(params.adversary_accel, params.agent_accel),
+        each(params.adversary_max_speed, params.agent_max_speed),
+    )
+
+
+@struct.dataclass
+class SimpleTagParams(ChaseParams):
+    """`ChaseParams` (mpe2's tag values) plus its reward shaping flag."""
+
     shaped_reward: bool = False  # mpe2's ``shape`` flag (off there): 0.1 × distances
 
 
@@ -101,14 +123,7 @@ class SimpleTag(MPEEnv):
         return SimpleTagParams()
 
     def agent_physics(self, params: SimpleTagParams):
-        def each(adv, good):
-            return self.per_agent({"adversary": adv, "agent": good})
-
-        return (
-            each(params.adversary_size, params.agent_size),
-            each(params.adversary_accel, params.agent_accel),
-            each(params.adversary_max_speed, params.agent_max_speed),
-        )
+        return chase_physics(self, params)
 
     def obstacle_size(self, params: SimpleTagParams) -> jax.Array:
         return params.obstacle_size

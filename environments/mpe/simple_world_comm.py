@@ -11,8 +11,8 @@ import numpy as np
 from flax import struct
 
 from environments.mpe.base import MPEEnv, check_count
+from environments.mpe.simple_tag import ChaseParams, chase_physics
 from environments.mpe.world import (
-    MPEParams,
     MPEState,
     Role,
     bound_penalty,
@@ -26,19 +26,13 @@ __all__ = ["SimpleWorldComm", "SimpleWorldCommParams"]
 
 
 @struct.dataclass
-class SimpleWorldCommParams(MPEParams):
-    """`MPEParams` plus the scenario's numbers (mpe2's defaults)."""
+class SimpleWorldCommParams(ChaseParams):
+    """`ChaseParams` plus food and forests (mpe2's defaults)."""
 
-    adversary_size: float = 0.075
     agent_size: float = 0.045
-    adversary_accel: float = 3.0
-    agent_accel: float = 4.0
-    adversary_max_speed: float = 1.0
-    agent_max_speed: float = 1.3
-    obstacle_size: float = 0.2
+    collision_reward: float = 5.0  # per (good agent, adversary) contact
     food_size: float = 0.03
     forest_size: float = 0.3
-    collision_reward: float = 5.0  # per (good agent, adversary) contact
     food_reward: float = 2.0  # per food a good agent touches
     food_distance_weight: float = 0.05  # good agents: −w · distance to the nearest food
     boundary_weight: float = 2.0  # good agents: −w · bound penalty
@@ -116,14 +110,7 @@ class SimpleWorldComm(MPEEnv):
         return SimpleWorldCommParams()
 
     def agent_physics(self, params: SimpleWorldCommParams):
-        def each(adv, good):
-            return self.per_agent({"leadadversary": adv, "adversary": adv, "agent": good})
-
-        return (
-            each(params.adversary_size, params.agent_size),
-            each(params.adversary_accel, params.agent_accel),
-            each(params.adversary_max_speed, params.agent_max_speed),
-        )
+        return chase_physics(self, params)
 
     def obstacle_size(self, params: SimpleWorldCommParams) -> jax.Array:
         return params.obstacle_size
