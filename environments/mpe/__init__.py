@@ -10,7 +10,7 @@ Example:
     >>> env = SimpleTag(num_good=2, num_adversaries=4)
     >>> state, ts = env.reset(jax.random.key(0))
     >>> ts.obs["adversary"].shape, ts.obs["agent"].shape
-    ((4, 24), (2, 22))
+    ((4, 22), (2, 20))
 """
 
 from environments.mpe.base import MPEEnv
