@@ -12,7 +12,9 @@ dead-code-eliminated). The figure is the median of ``repeats`` calls after a war
 
 ``--suite=mpe_learning``: IPPO (and MAPPO) on ``simple_spread`` with JaxMARL's published
 hyper-parameters and budget (`experiments/configs/mpe.py`), 10 seeds vmapped in one
-program: final return per seed and wall time (compile included).
+program: final return per seed and wall time (compile included); the return is also given
+in JaxMARL's logged units (its ``MPELogWrapper`` multiplies each agent's reward by the
+number of agents).
 
 ``--suite=mpe_parity``: every scenario, discrete (mpe2's counts) and continuous (other
 counts): `jaxdrive.testing.check_env` (it raises on failure) and 10⁴ transitions from
@@ -168,13 +170,17 @@ def _learning_suite(num_seeds: int) -> list[dict[str, Any]]:
         out = learning_run(config, num_seeds=num_seeds)
         for k in ("_runner_state", "_trainer", "_env"):
             out.pop(k)
-        out.update(bench="mpe_learning", preset=preset)
-        records.append(out)
+        # JaxMARL's MPELogWrapper logs each agent's reward times the number of agents
+        agents = jaxdrive.make(config.env_name, **dict(config.env_kwargs))[0].total_agents
         returns = out["final_returns"]
-        mean = {k: round(sum(v) / len(v), 2) for k, v in returns.items()}
+        mean = {k: sum(v) / len(v) for k, v in returns.items()}
+        jaxmarl_units = {k: round(v * agents, 2) for k, v in mean.items()}
+        out.update(bench="mpe_learning", preset=preset, return_in_jaxmarl_units=jaxmarl_units)
+        records.append(out)
         print(
             f"mpe_learning {preset:<14} {num_seeds} seeds  {out['total_env_steps']:,} env steps"
-            f"  wall {out['wall_s_incl_compile']:.1f}s  mean final return {mean}",
+            f"  wall {out['wall_s_incl_compile']:.1f}s  mean final return per agent "
+            f"{ {k: round(v, 2) for k, v in mean.items()} } (JaxMARL's units: {jaxmarl_units})",
             flush=True,
         )
     return records
