@@ -6,10 +6,11 @@ mpe2's world, steps mpe2 (float64) and ours (float32, one vmapped jitted call) w
 same random actions, and compares observations and rewards (relative to
 ``max(1, |mpe2's|)``), next positions, velocities and utterances (absolute), and
 ``global_state`` against mpe2's ``state()`` layout, all within ``1e-5``: float32
-rounding of float64 arithmetic. Each scenario runs discrete with mpe2's default counts
-and continuous with other counts, and mpe2's partial observability, ``_TRANSITIONS``
-transitions each; ``python -m experiments.benchmarks.run --suite=mpe_parity`` runs 10⁴ per
-variant and `check_env` on every variant.
+rounding of float64 arithmetic; terminations (``terminate_on_success``) exactly. Each
+scenario runs discrete with mpe2's default counts and continuous with other counts, then
+mpe2's partial observability and early termination, ``_TRANSITIONS`` transitions each;
+``python -m experiments.benchmarks.run --suite=mpe_parity`` runs 10⁴ per variant and
+`check_env` on every variant.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ _TOL = 1e-5
 
 # Parity variants: every scenario discrete (mpe2's counts) and continuous (other counts),
 # then mpe2's partial observability (tag's 7 > 6 others and adversary's 5 > 4 landmarks
-# are zero-padded).
+# are zero-padded) and its ``terminate_on_success`` (terminations compared too).
 _VARIANTS = [env for name in SCENARIOS for env in parity_variants(name)] + [
     SimpleSpread(N=6, num_agent_neighbors=3, num_landmark_neighbors=2),
     SimpleTag(num_good=3, num_adversaries=4, num_obstacles=3, num_agent_neighbors=7,
               num_landmark_neighbors=1, continuous_actions=True),
     SimpleAdversary(N=4, num_agent_neighbors=2, num_landmark_neighbors=5),
+    SimpleTag(num_adversaries=6, terminate_on_success=True),
+    SimpleSpread(N=1, terminate_on_success=True, continuous_actions=True),
 ]  # fmt: skip
 
 

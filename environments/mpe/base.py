@@ -117,6 +117,11 @@ class MPEEnv(Env[MPEState, MPEParams]):
         sizes[:lc] = float(np.asarray(self.obstacle_size(params))) if lc else 0.05
         return sizes
 
+    def success(self, state: MPEState, params: Any) -> jax.Array | None:
+        """``[]`` bool: the episode ends early in ``state`` (mpe2's ``is_terminal``, with
+        ``terminate_on_success``); ``None`` where it never does."""
+        return None
+
     def rewards(self, state: MPEState, params: Any) -> jax.Array:
         """``[N]`` float32: each agent's reward for arriving in ``state``."""
         raise NotImplementedError
@@ -222,16 +227,21 @@ class MPEEnv(Env[MPEState, MPEParams]):
         obs = self.observe(state, params)
         return jnp.concatenate([obs[g].reshape(-1) for g in self.groups])
 
-    def _timestep(self, state: MPEState, params: Any, reward: jax.Array) -> TimeStep:
+    def _timestep(
+        self, state: MPEState, params: Any, reward: jax.Array, success: jax.Array | None = None
+    ) -> TimeStep:
+        """Every agent truncated at ``t = max_cycles``, else terminated on ``success``
+        (mpe2 checks the cap first)."""
         n = self.num_agents_total
-        truncated = jnp.broadcast_to(state.t >= self.max_cycles, (n,))
+        cap = state.t >= self.max_cycles
+        end = cap if success is None else cap | success
         return TimeStep(
             obs=self.observe(state, params),
             reward=self.split(reward.astype(jnp.float32)),
-            terminated=self.split(jnp.zeros((n,), bool)),
-            truncated=self.split(truncated),
+            terminated=self.split(jnp.broadcast_to(end & ~cap, (n,))),
+            truncated=self.split(jnp.broadcast_to(cap, (n,))),
             active=self.split(jnp.ones((n,), bool)),
-            done=state.t >= self.max_cycles,
+            done=end,
         )
 
     # ----- dynamics ------------------------------------------------------------------
@@ -293,4 +303,6 @@ class MPEEnv(Env[MPEState, MPEParams]):
             movable=self.movable,
         )
         new = state.replace(agent_pos=pos, agent_vel=vel, comm=comm, t=state.t + 1)
-        return new, self._timestep(new, params, self.rewards(new, params))
+        return new, self._timestep(
+            new, params, self.rewards(new, params), self.success(new, params)
+        )

@@ -99,7 +99,7 @@ def mpe2_transitions(
     """mpe2's step from each of ``B`` states (``states``: leaves ``[B, ...]``) with
     ``actions {g: [B, A_g, ...]}``. Returns ``(obs {g: [B, A_g, O_g]} float32,
     reward {g: [B, A_g]} float64, next {"agent_pos", "agent_vel", "comm": [B, N, ·]}
-    float64)``."""
+    float64, and ``"terminal" [B]`` bool, mpe2's ``is_terminal`` after the step)``."""
     raw = make_mpe2(env)
     raw.reset(seed=0)
     host = jax.tree.map(np.asarray, states)
@@ -115,6 +115,7 @@ def mpe2_transitions(
         "agent_pos": np.zeros((b, n, 2)),
         "agent_vel": np.zeros((b, n, 2)),
         "comm": np.zeros((b, n, env.comm_width)),
+        "terminal": np.zeros((b,), bool),
     }
     fields = ("agent_pos", "agent_vel", "comm", "landmark_pos", "goal")
     for k in range(b):
@@ -123,6 +124,7 @@ def mpe2_transitions(
             a = acts[group_of[i]][k, within[i]]
             raw.current_actions[i] = a.copy() if a.ndim else int(a)
         raw._execute_world_step()
+        nxt["terminal"][k] = raw.scenario.is_terminal(raw.world)
         for i, (g, w, name) in enumerate(zip(group_of, within, names, strict=True)):
             obs[g][k, w] = raw.observe(name)
             rew[g][k, w] = raw.rewards[name]
@@ -189,8 +191,9 @@ def parity_errors(
     random states (`random_states`) stepped by ours and by mpe2 (`mpe2_transitions`);
     ours for every env in one jitted program (vmapped over the batch). Returns per env
     the largest differences: ``obs``, ``reward`` (each relative to
-    ``max(1, |mpe2's|)``), ``pos``, ``vel``, ``comm`` (absolute), and ``global_state``
-    (ours against mpe2's observations concatenated, relative)."""
+    ``max(1, |mpe2's|)``), ``pos``, ``vel``, ``comm`` (absolute), ``global_state``
+    (ours against mpe2's observations concatenated, relative), and ``terminated`` (the
+    fraction of transitions whose termination differs from mpe2's ``is_terminal``)."""
     envs = tuple(envs)
     params = tuple(e.default_params for e in envs) if params is None else tuple(params)
     drawn = [random_states(env, seed, batch) for env in envs]
@@ -228,4 +231,7 @@ def _errors(env: MPEEnv, batch: int, ours: Any, theirs: Any) -> dict[str, float]
         "vel": err(new.agent_vel, nxt["agent_vel"]),
         "comm": err(new.comm, nxt["comm"]),
         "global_state": err(gs, concat, rel=True),
+        "terminated": float(
+            np.mean(np.asarray(ts.terminated[env.groups[0]])[:, 0] != nxt["terminal"])
+        ),
     }

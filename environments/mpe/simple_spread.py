@@ -31,6 +31,7 @@ class SimpleSpreadParams(MPEParams):
     agent_size: float = 0.15
     accel: float = 5.0  # sensitivity of the movement action
     collision_penalty: float = 1.0  # local reward −penalty per other agent touched
+    capture_radius: float = 0.1  # a landmark is covered by an agent this close
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,12 +47,14 @@ class SimpleSpread(MPEEnv):
 
     Reward: ``(1 − ρ)·G + ρ·l_i`` with ``G = −Σ_landmarks min_agents distance`` and
     ``l_i = −penalty · #{j ≠ i : |p_i − p_j| < 2·size}`` (``ρ`` = ``local_ratio``).
-    Actions: ``Discrete(5)`` / ``Box(0, 1, (5,))``.
+    Actions: ``Discrete(5)`` / ``Box(0, 1, (5,))``. ``terminate_on_success`` (mpe2's):
+    the episode terminates once every landmark has an agent within ``capture_radius``.
     """
 
     N: int = 3
     num_agent_neighbors: int | None = None
     num_landmark_neighbors: int | None = None
+    terminate_on_success: bool = False
 
     dim_c = 2
     agents_collide = True
@@ -83,6 +86,12 @@ class SimpleSpread(MPEEnv):
     def agent_physics(self, params: SimpleSpreadParams):
         n = self.N
         return jnp.full((n,), params.agent_size), jnp.full((n,), params.accel), None
+
+    def success(self, state: MPEState, params: SimpleSpreadParams) -> jax.Array | None:
+        if not self.terminate_on_success:
+            return None
+        nearest_agent = fold("min", distances(state.agent_pos, state.landmark_pos), 0)  # [L]
+        return ~fold("any", nearest_agent >= params.capture_radius, 0)
 
     def rewards(self, state: MPEState, params: SimpleSpreadParams) -> jax.Array:
         cover = -fold("sum", fold("min", distances(state.agent_pos, state.landmark_pos), 0), 0)

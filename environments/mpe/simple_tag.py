@@ -82,6 +82,8 @@ class SimpleTag(MPEEnv):
     (good agent, adversary) pair. With ``shaped_reward``, good agents add
     ``0.1 Σ_adv distance`` and adversaries subtract ``0.1 Σ_adv min_good distance``.
     Actions: ``Discrete(5)`` / ``Box(0, 1, (5,))``. Obstacles start in ``[−0.9, 0.9]²``.
+    ``terminate_on_success`` (mpe2's): the episode terminates once every good agent
+    touches an adversary.
     """
 
     num_good: int = 1
@@ -89,6 +91,7 @@ class SimpleTag(MPEEnv):
     num_obstacles: int = 2  # type: ignore[assignment]
     num_agent_neighbors: int | None = None
     num_landmark_neighbors: int | None = None
+    terminate_on_success: bool = False
 
     dim_c = 2
     agents_collide = True
@@ -127,6 +130,14 @@ class SimpleTag(MPEEnv):
 
     def obstacle_size(self, params: SimpleTagParams) -> jax.Array:
         return params.obstacle_size
+
+    def success(self, state: MPEState, params: SimpleTagParams) -> jax.Array | None:
+        if not self.terminate_on_success:
+            return None
+        a = self.num_adversaries
+        d = distances(state.agent_pos[a:], state.agent_pos[:a])  # [G, A]
+        caught = fold("any", d < params.agent_size + params.adversary_size, 1)
+        return ~fold("any", ~caught, 0)
 
     def rewards(self, state: MPEState, params: SimpleTagParams) -> jax.Array:
         a = self.num_adversaries
