@@ -35,6 +35,18 @@ _REGISTRY: dict[str, str | EnvFactory] = {
     "Pendulum-v1": "environments.classic_control.pendulum:Pendulum",
     "tag_continuous": "environments.tag_continuous.env:TagContinuous",
     "tag_gridworld": "environments.tag_gridworld.env:TagGridWorld",
+    # The Multi-Particle Environments, named (and versioned) as JaxMARL and mpe2 name them.
+    "MPE_simple_v3": "environments.mpe.simple:Simple",
+    "MPE_simple_spread_v3": "environments.mpe.simple_spread:SimpleSpread",
+    "MPE_simple_tag_v3": "environments.mpe.simple_tag:SimpleTag",
+    "MPE_simple_adversary_v3": "environments.mpe.simple_adversary:SimpleAdversary",
+    "MPE_simple_push_v3": "environments.mpe.simple_push:SimplePush",
+    "MPE_simple_reference_v3": "environments.mpe.simple_reference:SimpleReference",
+    "MPE_simple_speaker_listener_v4": (
+        "environments.mpe.simple_speaker_listener:SimpleSpeakerListener"
+    ),
+    "MPE_simple_world_comm_v3": "environments.mpe.simple_world_comm:SimpleWorldComm",
+    "MPE_simple_crypto_v3": "environments.mpe.simple_crypto:SimpleCrypto",
 }
 
 

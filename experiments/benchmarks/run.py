@@ -12,6 +12,9 @@ Suites:
   quick    tiny sizes of the env and train suites, for CPUs and the test suite.
   marl_learning  Q-learning return vs wall time: PQN CartPole, VDN/QMIX/IQL MPE
            simple_spread (`experiments.benchmarks.qlearning`).
+  mpe, mpe_learning, mpe_parity  the MPE suites (`experiments.benchmarks.mpe`): env-only
+           stepping against JaxMARL's MPE, IPPO/MAPPO on simple_spread (10 vmapped seeds),
+           10⁴-transition parity with mpe2 per scenario; mpe_quick: mpe at a tiny size.
   scaling  data-parallel scaling on 1, 2, 4, ... devices (those present): Tag A2C
            1000 envs × (10+100) per device, CartPole A2C 10,000 envs per device; weak
            (envs per device fixed) and strong (the largest count's global batch, split).
@@ -55,8 +58,9 @@ SUITES = (
     "quick", "env", "env_big", "classic", "train", "learning", "scaling", "marl_learning",
     "adapters",
 )  # fmt: skip
+MPE_SUITES = ("mpe", "mpe_quick", "mpe_learning", "mpe_parity")  # experiments.benchmarks.mpe
 BACKENDS = ("auto", "xla", "pallas")
-flags.DEFINE_enum("suite", "quick", SUITES, "which benchmark suite to run")
+flags.DEFINE_enum("suite", "quick", SUITES + MPE_SUITES, "which benchmark suite to run")
 flags.DEFINE_string("out", "experiments/benchmarks/results/results.jsonl", "JSON-lines output")
 flags.DEFINE_list("backends", ["xla", "pallas"], f"TagContinuous backends to time {BACKENDS}")
 flags.DEFINE_integer("num_steps", 100, "steps per timed call")
@@ -419,6 +423,10 @@ def _run() -> None:
         from experiments.benchmarks.adapters import run_adapters_suite
 
         records += run_adapters_suite(FLAGS.num_steps, FLAGS.repeats)
+    if FLAGS.suite in MPE_SUITES:
+        from experiments.benchmarks.mpe import run_mpe_suite
+
+        records += run_mpe_suite(FLAGS.suite, FLAGS.repeats)
     if FLAGS.compare:
         print("\nratios against anchors:")
         for line in compare(records, anchors):
