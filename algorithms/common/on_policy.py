@@ -69,7 +69,7 @@ import jax.numpy as jnp
 
 from algorithms.common.config import POLICY_DEFAULTS as _COMMON_POLICY_DEFAULTS
 from algorithms.common.config import resolve_run
-from algorithms.common.config_rules import ON_POLICY_RULES
+from algorithms.common.config_rules import ON_POLICY_RULES, flag
 from algorithms.common.networks import mask_actions
 from algorithms.common.normalization import RunningMeanStd
 from algorithms.common.on_policy_learn import learn, masked_mean, pad_minibatch_rows, row_multiple
@@ -99,8 +99,14 @@ __all__ = [
 
 #: Keys of one PPO/A2C policy's config and their defaults: `algorithms.common.config`'s
 #: and the recurrent cores' (`algorithms.common.recurrent.RECURRENT_POLICY_DEFAULTS`).
-POLICY_DEFAULTS: dict[str, Any] = {**_COMMON_POLICY_DEFAULTS, **RECURRENT_POLICY_DEFAULTS}
-_RULES = {**ON_POLICY_RULES, **RECURRENT_RULES}
+#: ``agent_ids``: append one-hot agent indices within the group (and group indices when
+#: the policy serves several groups) to its observations (`jaxdrive.agent_ids`).
+POLICY_DEFAULTS: dict[str, Any] = {
+    **_COMMON_POLICY_DEFAULTS,
+    **RECURRENT_POLICY_DEFAULTS,
+    "agent_ids": False,
+}
+_RULES = {**ON_POLICY_RULES, **RECURRENT_RULES, "agent_ids": flag}
 
 
 def make_on_policy_trainer(
@@ -292,7 +298,8 @@ def _act(
         parts = [obs[g] for g in s.groups]
         lead = parts[0].ndim - nd  # [..., A_g]
         x = jnp.concatenate(parts, axis=lead - 1) if len(parts) > 1 else parts[0]
-        x = x.reshape(*x.shape[:lead], ps.obs_size).astype(jnp.float32)
+        nf = 0 if ps.id_features is None else ps.id_features.shape[1]
+        x = ps.with_ids(x.reshape(*x.shape[:lead], ps.obs_size - nf).astype(jnp.float32))
         if s.hp["normalize_obs"]:
             x = params_by_policy[p]["obs_norm"].normalize(x)
         if ps.recurrent:

@@ -30,6 +30,7 @@ from algorithms.common.networks import ActionSpec, ActorCritic, flat_obs_size, p
 from algorithms.common.normalization import RunningMeanStd
 from algorithms.common.recurrent import RecurrentActorCritic, core_kinds, is_recurrent
 from algorithms.common.schedules import make_schedule
+from jaxdrive.agent_ids import agent_id_features
 from jaxdrive.distributed import DEVICE_AXIS
 from jaxdrive.types import TimeStep
 
@@ -82,7 +83,7 @@ class PolicySetup:
     action_spec: ActionSpec
     net: ActorCritic | RecurrentActorCritic
     tx: optax.GradientTransformation
-    obs_size: int  # O: flat observation size
+    obs_size: int  # O: flat observation size (the agent-ID features included)
     in_size: int  # O_pad: O padded to a multiple of input_pad_multiple
     epochs: int
     minibatches: int
@@ -90,6 +91,9 @@ class PolicySetup:
     # the network casts them to it first thing (no normalisation in between), else float32
     obs_dtype: Any
     ent_schedule: Callable[[jax.Array], jax.Array]
+    # agent_ids: [A_p, F] float32 one-hot agent (and group) indices appended to the flat
+    # observations (jaxdrive.agent_ids.agent_id_features over the policy's groups)
+    id_features: np.ndarray | None = None
 
     @property
     def hp(self) -> dict[str, Any]:
@@ -100,10 +104,21 @@ class PolicySetup:
         """Whether the policy has a recurrent core (`algorithms.common.recurrent`)."""
         return is_recurrent(self.spec.hp)
 
+    def with_ids(self, x: jax.Array) -> jax.Array:
+        """Flat observations ``[..., A_p, O - F]`` with the agent-ID features appended:
+        ``[..., A_p, O]`` (``x`` itself without ``agent_ids``)."""
+        if self.id_features is None:
+            return x
+        ids = jnp.asarray(self.id_features, x.dtype)
+        return jnp.concatenate([x, jnp.broadcast_to(ids, (*x.shape[:-1], ids.shape[1]))], -1)
+
     def flat_obs(self, obs: jax.Array, lead: int) -> jax.Array:
         """``[*lead_dims, *O] -> [*lead_dims, O_pad]`` float32: padded with one 1.0 (the
-        first layer's bias column, see `PaddedInputDense`) and then zeros."""
-        x = obs.reshape(*obs.shape[:lead], self.obs_size).astype(jnp.float32)
+        first layer's bias column, see `PaddedInputDense`) and then zeros. The last lead
+        dimension is the agent axis ``A_p`` (agent-ID features are appended first)."""
+        nf = 0 if self.id_features is None else self.id_features.shape[1]
+        x = obs.reshape(*obs.shape[:lead], self.obs_size - nf).astype(jnp.float32)
+        x = self.with_ids(x)
         extra = self.in_size - self.obs_size
         if extra:
             pad = jnp.zeros((extra,), jnp.float32).at[0].set(1.0)
@@ -266,6 +281,11 @@ def _policy_setup(spec: PolicySpec, run: RunSpec, single_step: bool) -> PolicySe
     epochs = 1 if single_step else hp["num_epochs"]
     minibatches = 1 if single_step else hp["num_minibatches"]
     obs_size = flat_obs_size(spec.obs_space)
+    ids = None
+    if hp["agent_ids"]:
+        counts = [run.env.num_agents(g) for g in spec.groups]
+        ids = agent_id_features(counts, group_ids=len(counts) > 1)
+        obs_size += ids.shape[1]
     in_size = padded_size(obs_size, hp["input_pad_multiple"])
     padded = in_size > obs_size
     net = _network(spec, action_spec, obs_size, padded)
@@ -288,6 +308,7 @@ def _policy_setup(spec: PolicySpec, run: RunSpec, single_step: bool) -> PolicySe
         ent_schedule=make_schedule(
             hp["ent_schedule"], hp["ent_coef"], hp["ent_coef_final"], n_iter
         ),
+        id_features=ids,
     )
 
 
