@@ -87,6 +87,7 @@ from jaxdrive.training import Trainer
 
 __all__ = [
     "POLICY_DEFAULTS",
+    "POLICY_RULES",
     "LossFn",
     "PolicyState",
     "RunnerState",
@@ -106,7 +107,8 @@ POLICY_DEFAULTS: dict[str, Any] = {
     **RECURRENT_POLICY_DEFAULTS,
     "agent_ids": False,
 }
-_RULES = {**ON_POLICY_RULES, **RECURRENT_RULES, "agent_ids": flag}
+#: Value rules of PPO's and A2C's hyper-parameters (`POLICY_DEFAULTS` and ``algo`` keys).
+POLICY_RULES = {**ON_POLICY_RULES, **RECURRENT_RULES, "agent_ids": flag}
 
 
 def make_on_policy_trainer(
@@ -133,7 +135,7 @@ def make_on_policy_trainer(
         algorithm=algo_name,
         algo_defaults=algo_defaults,
         policy_defaults=POLICY_DEFAULTS,
-        rules=_RULES,
+        rules=POLICY_RULES,
         hints=hints,
     )
     setup = build_setup(run, loss_fn, single_step)
