@@ -61,6 +61,7 @@ several devices refuse the config.
 
 from __future__ import annotations
 
+from collections import ChainMap
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -86,6 +87,7 @@ from jaxdrive.distributed import DEVICE_AXIS, make_mesh, maybe_psum, shard_map
 from jaxdrive.training import Trainer
 
 __all__ = [
+    "AGENT_ID_DEFAULTS",
     "POLICY_DEFAULTS",
     "POLICY_RULES",
     "LossFn",
@@ -98,15 +100,17 @@ __all__ = [
 ]
 
 
-#: Keys of one PPO/A2C policy's config and their defaults: `algorithms.common.config`'s
-#: and the recurrent cores' (`algorithms.common.recurrent.RECURRENT_POLICY_DEFAULTS`).
-#: ``agent_ids``: append one-hot agent indices within the group (and group indices when
-#: the policy serves several groups) to its observations (`jaxdrive.agent_ids`).
-POLICY_DEFAULTS: dict[str, Any] = {
-    **_COMMON_POLICY_DEFAULTS,
-    **RECURRENT_POLICY_DEFAULTS,
-    "agent_ids": False,
-}
+#: The agent-ID policy key: ``agent_ids`` appends one-hot agent indices within the group
+#: (and group indices when the policy serves several groups) to its observations
+#: (`jaxdrive.agent_ids`).
+AGENT_ID_DEFAULTS: dict[str, Any] = {"agent_ids": False}
+
+#: Keys of one PPO/A2C policy's config and their defaults: the recurrent cores'
+#: (`algorithms.common.recurrent.RECURRENT_POLICY_DEFAULTS`), `AGENT_ID_DEFAULTS` and
+#: `algorithms.common.config.POLICY_DEFAULTS`, read live (each default in one place).
+POLICY_DEFAULTS: Mapping[str, Any] = ChainMap(
+    RECURRENT_POLICY_DEFAULTS, AGENT_ID_DEFAULTS, _COMMON_POLICY_DEFAULTS
+)
 #: Value rules of PPO's and A2C's hyper-parameters (`POLICY_DEFAULTS` and ``algo`` keys).
 POLICY_RULES = {**ON_POLICY_RULES, **RECURRENT_RULES, "agent_ids": flag}
 

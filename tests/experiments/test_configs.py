@@ -19,6 +19,8 @@ import algorithms.ddpg.train as ddpg_train
 import algorithms.ppo.train as ppo_train
 from algorithms.a2c import train as a2c_train
 from algorithms.common import config as cfg
+from algorithms.common.on_policy import AGENT_ID_DEFAULTS
+from algorithms.common.recurrent import RECURRENT_POLICY_DEFAULTS
 
 #: ``(config module, preset)``s checked, every preset alone and common combinations.
 COMBOS = {
@@ -138,7 +140,10 @@ def effective(c: Any) -> dict[str, Any]:
         hp = {**base["policies"][n], **algo, **p}
         out.update({f"policies.{n}.{k}": v for k, v in hp.items()})
     out.update({f"run.{k}": v for k, v in {**base["run"], **d["run"]}.items()})
-    return out
+    # policy keys added after the record, at their defaults, change no run: left out
+    later = {**RECURRENT_POLICY_DEFAULTS, **AGENT_ID_DEFAULTS}
+    name = {k: k.rsplit(".", 1)[-1] for k in out}
+    return {k: v for k, v in out.items() if name[k] not in later or later[name[k]] != v}
 
 
 def _fingerprint(values: dict[str, Any]) -> str:
@@ -187,6 +192,8 @@ _DEFAULT_DICTS = (
     ddpg_train.ALGO_DEFAULTS,
     ddpg_train.POLICY_DEFAULTS,
     ddpg_train.RUN_DEFAULTS,
+    RECURRENT_POLICY_DEFAULTS,
+    AGENT_ID_DEFAULTS,
 )
 
 
@@ -235,7 +242,7 @@ def test_base_config_is_complete_and_checked():
     assert set(c.keys()) == set(cfg.TOP_LEVEL_KEYS)
     assert dict(c.algo) == ppo_train.ALGO_DEFAULTS
     assert {k: v for k, v in c.policies.agent.items() if k != "groups"} == {
-        k: v for k, v in cfg.POLICY_DEFAULTS.items() if k != "groups"
+        k: v for k, v in ppo_train.POLICY_DEFAULTS.items() if k != "groups"
     }
     assert c.run.to_dict() == cfg.RUN_DEFAULTS
     assert cfg.base_config("ddpg", "Pendulum-v1").run.iterations_per_chunk == 100
