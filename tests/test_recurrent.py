@@ -259,3 +259,21 @@ def test_config_errors(policy, message):
 def test_initial_carry_shapes():
     hp = {"core": "lstm", "critic_core": "mlp", "core_size": 4}
     assert jax.tree.map(jnp.shape, initial_carry(hp, (3, 2))) == {"actor": (3, 2, 8)}
+
+
+@pytest.mark.parametrize("preset", ["", "27m_vs_30m", "mava", "tiny", "27m_vs_30m,mava"])
+def test_smax_configs_are_valid(preset):
+    """The SMAX presets hold only known, valid keys (the env itself comes from the JaxMARL
+    adapter: `jaxdrive.make("jaxmarl:smax:3s5z")`)."""
+    from algorithms.common.config import check_values, merge_defaults
+    from experiments.configs import smax
+
+    c = smax.get_config(preset)
+    assert c.env_name == "jaxmarl:smax:" + ("27m_vs_30m" if "27m" in preset else "3s5z")
+    algo = merge_defaults(c.algo, algorithms.ppo.ALGO_DEFAULTS, "config.algo")
+    hp = {**merge_defaults(c.policies.ally, POLICY_DEFAULTS, "ally"), **algo}
+    hp = check_values(hp, POLICY_RULES, {})
+    assert hp["core"] == "gru" and hp["centralized_critic"] and hp["agent_ids"]
+    assert c.num_envs % hp["num_minibatches"] == 0  # whole sequences of envs per minibatch
+    with pytest.raises(ValueError, match="pick different maps"):
+        smax.get_config("3s5z,27m_vs_30m")
