@@ -1,6 +1,6 @@
 """Agent-ID inputs: `jaxdrive.agent_ids` (features, the `AgentIDs` wrapper on two groups
-and, through `check_env`, on an env with `Env.observations` and action masks) and the on-policy policy key
-``agent_ids`` (the features a policy's network reads)."""
+and, through `check_env`, on an env with `Env.observations` and action masks) and the
+on-policy policy key ``agent_ids`` (the features a policy's network reads)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,9 @@ def test_policy_key_appends_features():
     obs = jnp.arange(4 * 5 * 2, dtype=jnp.float32).reshape(4, 5, 2)
     x = ps.flat_obs(obs, 2)
     np.testing.assert_array_equal(x[..., :2], obs)
-    np.testing.assert_array_equal(x[..., 2:7], np.broadcast_to(agent_id_features((2, 3), True), (4, 5, 5)))
+    np.testing.assert_array_equal(
+        x[..., 2:7], np.broadcast_to(agent_id_features((2, 3), True), (4, 5, 5))
+    )
     trainer = algorithms.make_train(c, env, env.default_params)
     params = jax.eval_shape(lambda k: trainer.get_params(trainer.init(k)), jax.random.PRNGKey(0))
     kernel = params["shared"]["params"]["params"]["actor_torso"]["dense_0"]["kernel"]

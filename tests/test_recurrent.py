@@ -54,7 +54,7 @@ def memory_config(core: str, iters: int = ITERS):
 def _np_core(kind, p, carry, x, ends):
     """The GRU / LSTM equations step by step in NumPy (float64), resetting after steps
     whose ``ends`` is True."""
-    sig = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
+    sig = lambda v: 1.0 / (1.0 + np.exp(-v))
     wi, bi = np.asarray(p["input"]["kernel"], np.float64), np.asarray(p["input"]["bias"])
     wh = np.asarray(p["hidden_kernel"], np.float64)
     h_size = wh.shape[0]
@@ -65,13 +65,17 @@ def _np_core(kind, p, carry, x, ends):
             hp = c @ wh
             r = sig(xp[:, :h_size] + hp[:, :h_size])
             z = sig(xp[:, h_size : 2 * h_size] + hp[:, h_size : 2 * h_size])
-            n = np.tanh(xp[:, 2 * h_size :] + r * (hp[:, 2 * h_size :] + np.asarray(p["hidden_bias"])))
+            n = np.tanh(
+                xp[:, 2 * h_size :] + r * (hp[:, 2 * h_size :] + np.asarray(p["hidden_bias"]))
+            )
             c = (1 - z) * n + z * c
             ys.append(c)
         else:
             cc, hh = c[:, :h_size], c[:, h_size:]
             g = xp + hh @ wh
-            cc = sig(g[:, h_size : 2 * h_size]) * cc + sig(g[:, :h_size]) * np.tanh(g[:, 2 * h_size : 3 * h_size])
+            cc = sig(g[:, h_size : 2 * h_size]) * cc + sig(g[:, :h_size]) * np.tanh(
+                g[:, 2 * h_size : 3 * h_size]
+            )
             hh = sig(g[:, 3 * h_size :]) * np.tanh(cc)
             c = np.concatenate([cc, hh], -1)
             ys.append(hh)
@@ -245,7 +249,10 @@ def test_act_needs_the_carry(gru_run):
     [
         ({"core": "rnn"}, r"config.policies.agent.core must be one of"),
         ({"core": "gru", "shared_torso": True}, "shared_torso cannot be combined with a recurrent"),
-        ({"core": "gru", "num_minibatches": 3}, r"num_minibatches=3 does not divide the 32 sequences"),
+        (
+            {"core": "gru", "num_minibatches": 3},
+            r"num_minibatches=3 does not divide the 32 sequences",
+        ),
         ({"critic_core": "gru", "core_size": 0}, r"core_size must be a positive integer"),
     ],
 )

@@ -38,7 +38,9 @@ def _run(out: str) -> None:
         if ref is None:
             ref = host
             continue
-        errs = jax.tree.map(lambda a, b: float(np.max(np.abs(a - b) / (np.abs(b) + 1e-3))), host, ref)
+        errs = jax.tree.map(
+            lambda a, b: float(np.max(np.abs(a - b) / (np.abs(b) + 1e-3))), host, ref
+        )
         res[f"max_rel_D{d}"] = max(jax.tree.leaves(errs))
     with open(out, "w") as f:
         json.dump(res, f)

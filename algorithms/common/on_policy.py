@@ -75,7 +75,6 @@ from algorithms.common.networks import mask_actions
 from algorithms.common.normalization import RunningMeanStd
 from algorithms.common.on_policy_learn import learn, masked_mean, pad_minibatch_rows, row_multiple
 from algorithms.common.on_policy_rollout import rollout
-from algorithms.common.recurrent import RECURRENT_POLICY_DEFAULTS, RECURRENT_RULES, initial_carry
 from algorithms.common.on_policy_setup import (
     LossFn,
     OnPolicySetup,
@@ -83,6 +82,7 @@ from algorithms.common.on_policy_setup import (
     RunnerState,
     build_setup,
 )
+from algorithms.common.recurrent import RECURRENT_POLICY_DEFAULTS, RECURRENT_RULES, initial_carry
 from jaxdrive.distributed import DEVICE_AXIS, make_mesh, maybe_psum, shard_map
 from jaxdrive.training import Trainer
 
@@ -214,9 +214,7 @@ def _init(setup: OnPolicySetup, key: jax.Array) -> RunnerState:
         carry = None
         if ps.recurrent:  # sequences [T = 1, 1, ...]
             c = None if c is None else c[None]
-            params = ps.net.init(
-                k, initial_carry(ps.hp, (1,)), x[None], jnp.zeros((1, 1), bool), c
-            )
+            params = ps.net.init(k, initial_carry(ps.hp, (1,)), x[None], jnp.zeros((1, 1), bool), c)
             carry = initial_carry(ps.hp, (setup.run.num_envs, ps.spec.num_agents))
         else:
             params = ps.net.init(k, x, c)

@@ -24,10 +24,10 @@ network over its ``[T, B / n_mb]`` sequences from the carries stored at the roll
 start, resetting them where episodes ended (as acting did), so at the first gradient
 step the log-probs and values equal those of acting (ratio 1).
 
-**Row padding** (feed-forward policies): each minibatch gets masked-out zero rows up to a multiple of
-`row_multiple` (a power of two, ≤ 1.6% more rows), so GEMM row counts have a large
-power-of-two factor and XLA needs no padded copies of the activations; every loss term is
-a masked mean, so the update is unchanged.
+**Row padding** (feed-forward policies): each minibatch gets masked-out zero rows up to
+a multiple of `row_multiple` (a power of two, ≤ 1.6% more rows), so GEMM row counts have
+a large power-of-two factor and XLA needs no padded copies of the activations; every
+loss term is a masked mean, so the update is unchanged.
 """
 
 from __future__ import annotations

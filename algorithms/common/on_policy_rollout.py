@@ -143,7 +143,9 @@ def rollout(setup: OnPolicySetup, rs: RunnerState, key: jax.Array) -> tuple[Any,
             for p in names:
                 x, c = setups[p].inputs(pols[p], setups[p].flat_obs(final_p[p], 2), gs_b)
                 if p in rec:  # the carry after this step, before its reset
-                    vals[p] = setups[p].net.apply(act_params[p], hc_next[p], x, c, method="value_step")
+                    vals[p] = setups[p].net.apply(
+                        act_params[p], hc_next[p], x, c, method="value_step"
+                    )
                 else:
                     vals[p] = setups[p].net.apply(act_params[p], x, c, method="value")
             return vals

@@ -5,11 +5,11 @@ agents ``ally_0 …`` form the group ``ally``; the enemies are scripted).
 Default: JaxMARL's published recurrent-MAPPO settings for SMAX (``baselines/MAPPO``,
 ``smax_mappo_final_sweep.yaml`` and ``mappo_homogenous_rnn_smax.yaml``) on ``3s5z``: 64
 envs × 128 steps, 4 epochs × 4 minibatches, Adam lr 0.002 annealed linearly to 0, clip
-0.2 (policy and value), no entropy bonus, vf coef 0.5, max grad norm 0.25, γ 0.99, λ 0.95, relu, a 128-unit
-dense layer then a GRU of 128 for the actor and for the critic, the critic reading the
-env's world state (here with the agent's own observation, `centralized_critic`), agent
-IDs on, 10M env steps; env kwargs ``see_enemy_actions``, ``walls_cause_death`` and
-``attack_mode="closest"``. (JaxMARL puts one more 128-unit dense layer after the GRU;
+0.2 (policy and value), no entropy bonus, vf coef 0.5, max grad norm 0.25, γ 0.99,
+λ 0.95, relu, a 128-unit dense layer then a GRU of 128 for the actor and for the
+critic, the critic reading the env's world state (here with the agent's own
+observation, `centralized_critic`), agent IDs on, 10M env steps; env kwargs
+``see_enemy_actions``, ``walls_cause_death`` and ``attack_mode="closest"``. (JaxMARL puts one more 128-unit dense layer after the GRU;
 here the heads read the GRU's output.)
 
 Presets (``--config=experiments/configs/smax.py:27m_vs_30m,mava``, comma-separated):
@@ -64,9 +64,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     )
     c.run.animate = False
     if "mava" in presets:
-        c.algo.update(
-            num_minibatches=2, ent_coef=0.01, max_grad_norm=0.5, lr_schedule="constant"
-        )
+        c.algo.update(num_minibatches=2, ent_coef=0.01, max_grad_norm=0.5, lr_schedule="constant")
         c.policies.ally.update(lr=2.5e-4, core_size=256)
     if "tiny" in presets:
         c.num_envs = 4
