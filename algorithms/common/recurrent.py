@@ -37,6 +37,7 @@ import jax.numpy as jnp
 
 from algorithms.common.config_rules import Rule, choice, integer
 from algorithms.common.layers import MLP, DenseParams, affine
+from algorithms.common.networks import ActionHead, ActionSpec
 
 __all__ = [
     "CORES",
@@ -190,7 +191,7 @@ class RecurrentActorCritic(nn.Module):
     in float32).
     """
 
-    spec: Any  # algorithms.common.networks.ActionSpec
+    spec: ActionSpec
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
     actor_kind: str = "gru"
@@ -202,8 +203,6 @@ class RecurrentActorCritic(nn.Module):
     bias_column: bool = False
 
     def setup(self) -> None:
-        from algorithms.common.networks import ActionHead
-
         mlp = functools.partial(
             MLP,
             self.hidden_sizes,
