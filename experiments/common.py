@@ -506,15 +506,15 @@ def render_rollout(
     if render is None:
         logging.info("no renderer for %s: skipping the animation", type(env).__name__)
         return None
-    if getattr(trainer, "init_carry", None) is not None:
-        logging.info("animations of recurrent policies are not supported: skipping it")
-        return None
     try:
         from jaxdrive.render import animate, rollout_states
     except ImportError as e:
         logging.info("jaxdrive.render is unavailable (%s): skipping the animation", e)
         return None
     batched = _policy(trainer, deterministic)
+    if getattr(trainer, "init_carry", None) is not None:
+        logging.info("animations of recurrent policies are not supported: skipping it")
+        return None
 
     def one_env_policy(k, obs):  # obs {g: [A_g, ...]} -> add then drop an env axis
         actions = batched(params_by_policy, k, jax.tree.map(lambda o: o[None], obs))

@@ -55,7 +55,7 @@ def _np_core(kind, p, carry, x, ends):
     """The GRU / LSTM equations step by step in NumPy (float64), resetting after steps
     whose ``ends`` is True."""
     sig = lambda v: 1.0 / (1.0 + np.exp(-v))
-    wi, bi = np.asarray(p["input"]["kernel"], np.float64), np.asarray(p["input"]["bias"])
+    wi, bi = np.asarray(p["input_kernel"], np.float64), np.asarray(p["input_bias"])
     wh = np.asarray(p["hidden_kernel"], np.float64)
     h_size = wh.shape[0]
     c, ys = np.asarray(carry, np.float64), []

@@ -8,8 +8,9 @@ from tests.test_distributed import RTOL, single  # noqa: F401  (the shared fixtu
 
 
 def test_recurrent_ppo_same_on_2_devices(single):  # noqa: F811
-    """Parameters and carries agree with 1 device (relative), metrics to 1e-5 (absolute:
-    the policy loss of normalised advantages is near 0); the carries are split."""
+    """Parameters, carries and metrics agree with 1 device (metrics relative to
+    ``max(|value|, 1)``: the policy loss of normalised advantages is near 0); the carries
+    are split."""
     assert single["recurrent_D1_shards"] == 1 and single["recurrent_D2_shards"] == 2
     assert single["recurrent_ppo_D2"] < RTOL
-    assert single["recurrent_ppo_D2_metrics"] < 1e-5
+    assert single["recurrent_ppo_D2_metrics"] < RTOL

@@ -9,9 +9,8 @@ action was sampled under (the learner's log-probs and entropies use it). Recurre
 policies act from their carry (`PolicyState.carry`), which is set to zeros after each step
 where the agent's episode ended; ``traj[p]["carry0"]`` is the carry at the rollout's start
 (the learner re-runs the sequences from it) and ``traj["_carry"][p]`` the carry after the
-last step. Every per-env
-random draw uses ``fold_in(key, global env index)``, so the numbers do not depend on the
-device count.
+last step. Every per-env random draw uses ``fold_in(key, global env index)``, so the
+numbers do not depend on the device count.
 """
 
 from __future__ import annotations

@@ -139,7 +139,9 @@ class RecurrentCore(nn.Module):
         if self.kind not in _GATES:
             raise ValueError(f"unknown recurrent core {self.kind!r}; known: {list(_GATES)}")
         g, h = _GATES[self.kind], self.size
-        wi, bi = DenseParams(g * h, name="input")(x.shape[-1])
+        # not named "kernel": `cast_kernels` leaves the cores in float32 when acting too
+        wi = self.param("input_kernel", nn.initializers.lecun_normal(), (x.shape[-1], g * h))
+        bi = self.param("input_bias", nn.initializers.zeros, (g * h,))
         wh = self.param("hidden_kernel", _stacked_orthogonal(g), (h, g * h))
         bh = self.param("hidden_bias", nn.initializers.zeros, (h,)) if g == 3 else None
         xp = affine(x, wi, bi, jnp.float32)  # [T, ..., G·H]: every step's input GEMM at once
