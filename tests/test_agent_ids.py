@@ -1,6 +1,6 @@
 """Agent-ID inputs: `jaxdrive.agent_ids` (features, the `AgentIDs` wrapper on two groups
-and, through `check_env`, on an env with `Env.observations` and action masks) and the
-on-policy policy key ``agent_ids`` (the features a policy's network reads)."""
+and on an env with `Env.observations` and action masks) and the on-policy policy key
+``agent_ids`` (the features a policy's network reads)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from algorithms.common.on_policy_setup import build_setup
 from algorithms.ppo.losses import ppo_loss
 from jaxdrive.agent_ids import AgentIDs, agent_id_features
 from jaxdrive.spaces import Box
-from jaxdrive.testing import check_env
 from tests.toy_envs import Counter, MaskedChoiceObs
 
 
@@ -51,12 +50,17 @@ def test_wrapper_with_observations_and_masks():
     """An env with `Env.observations` (auto-reset by select) and action masks."""
     env = AgentIDs(MaskedChoiceObs())
     assert env.has_observations and env.reset_by_select
-    check_env(env, num_envs=2, num_steps=6)
     venv = jaxdrive.vectorize(env, 3, auto_reset=True)
+    step = jax.jit(venv.step)
     state, ts = venv.reset(jax.random.key(0))
-    for _ in range(5):  # through an auto-reset
-        state, ts = venv.step(jax.random.key(1), state, {"agent": jnp.zeros((3, 2), jnp.int32)})
+    space = env.observation_space("agent")
+    assert space.shape == (6,) and bool(jnp.all(space.contains(ts.obs["agent"])))
+    for _ in range(5):  # through an auto-reset (select: `observations` of the new states)
+        state, ts = step(jax.random.key(1), state, {"agent": jnp.zeros((3, 2), jnp.int32)})
+        assert ts.action_mask["agent"].shape == (3, 2, 4)
     np.testing.assert_array_equal(ts.obs["agent"][..., 4:], np.broadcast_to(np.eye(2), (3, 2, 2)))
+    np.testing.assert_array_equal(jax.vmap(env.observations, (0, None))(state, None)["agent"],
+                                  ts.obs["agent"])  # fmt: skip
 
 
 def test_wrapper_refuses_non_flat_observations():
