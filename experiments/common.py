@@ -358,8 +358,10 @@ def _policy(trainer: Any, deterministic: bool):
     except (TypeError, ValueError):
         params = {}
 
-    def policy(params_by_policy, key, obs, action_mask=None):
+    def policy(params_by_policy, key, obs, action_mask=None, carry=None):
         kw = {"deterministic": deterministic} if "deterministic" in params else {}
+        if carry is not None:  # recurrent policies: returns (actions, carry)
+            kw["carry"] = carry
         if action_mask is not None:
             if "action_mask" not in params:
                 raise ValueError("this env gives action masks, which this trainer's act ignores")
@@ -395,19 +397,25 @@ def _eval_program(
         state, ts = venv.reset(k_reset, env_params)
         ret0 = {g: jnp.zeros((episodes, env.num_agents(g)), jnp.float32) for g in groups}
         alive0 = jnp.ones((episodes,), bool)
+        # recurrent policies' carries (no resets: each env plays one episode)
+        init_carry = getattr(trainer, "init_carry", None)
+        hc0 = None if init_carry is None else init_carry((episodes,))
 
         def body(carry, k):
-            state, ts, ret, alive, length = carry
+            state, ts, ret, alive, length, hc = carry
             k_act, k_env = jax.random.split(k)
-            actions = policy(params_by_policy, k_act, ts.obs, ts.action_mask)
+            if hc is None:
+                actions = policy(params_by_policy, k_act, ts.obs, ts.action_mask)
+            else:
+                actions, hc = policy(params_by_policy, k_act, ts.obs, ts.action_mask, hc)
             state, ts = venv.step(k_env, state, actions, env_params)
             ret = {g: ret[g] + jnp.where(alive[:, None], ts.reward[g], 0.0) for g in groups}
             length = length + alive.astype(jnp.int32)
             alive = alive & ~ts.done
-            return (state, ts, ret, alive, length), None
+            return (state, ts, ret, alive, length, hc), None
 
-        carry = (state, ts, ret0, alive0, jnp.zeros((episodes,), jnp.int32))
-        (_, _, ret, alive, length), _ = jax.lax.scan(
+        carry = (state, ts, ret0, alive0, jnp.zeros((episodes,), jnp.int32), hc0)
+        (_, _, ret, alive, length, _), _ = jax.lax.scan(
             body, carry, jax.random.split(k_loop, max_steps)
         )
         return {g: ret[g].mean(axis=1) for g in groups}, length, alive
@@ -509,6 +517,9 @@ def render_rollout(
         logging.info("jaxdrive.render is unavailable (%s): skipping the animation", e)
         return None
     batched = _policy(trainer, deterministic)
+    if getattr(trainer, "init_carry", None) is not None:
+        logging.info("animations of recurrent policies are not supported: skipping it")
+        return None
 
     def one_env_policy(k, obs):  # obs {g: [A_g, ...]} -> add then drop an env axis
         actions = batched(params_by_policy, k, jax.tree.map(lambda o: o[None], obs))

@@ -43,6 +43,9 @@ class Trainer:
     get_params: Callable[[Any], dict[str, Any]] | None = None
     #: ``(params_by_policy, key, obs) -> actions``: deterministic-or-sampled acting.
     act: Callable[..., Any] | None = None
+    #: Recurrent policies: ``(lead_shape) -> carry`` of zeros; ``act(..., carry=carry)``
+    #: then returns ``(actions, carry)``. ``None`` when every policy is feed-forward.
+    init_carry: Callable[[tuple[int, ...]], Any] | None = None
 
     def chunk(self, runner_state: Any, num_iterations: int) -> tuple[Any, Metrics]:
         """``num_iterations`` iterations as one `lax.scan`; metrics ``[K]``. Pure."""

@@ -109,6 +109,21 @@ def single(out: str) -> None:
     res["tag_a2c_normalized_D2"] = _max_rel(tag[2], tag[1])
     res["tag_obs_norm_count"] = float(tag[1][0]["tagger"]["obs_norm"].count)
 
+    # Recurrent PPO (GRU actor, LSTM critic; 2 minibatches of whole sequences): 1 and 2
+    # devices, the carries sharded with the env batch.
+    rec = {}
+    for d in (1, 2):
+        over = {"algo.num_minibatches": 2, "policies.agent.critic_core": "lstm"}
+        tr, rs, m = _train(_config("cartpole", "tiny,gru", d, **over))
+        rec[d] = _host((tr.get_params(rs), rs.policies["agent"].carry, m))
+        res[f"recurrent_D{d}_shards"] = len(rs.policies["agent"].carry["actor"].sharding.device_set)
+    res["recurrent_ppo_D2"] = _max_rel(rec[2][:2], rec[1][:2])  # parameters, carries
+    # metrics relative to max(|value|, 1): the policy loss of normalised advantages is ~0
+    diff = jax.tree.map(
+        lambda a, b: float(np.max(np.abs(a - b) / (np.abs(b) + 1))), rec[2][2], rec[1][2]
+    )
+    res["recurrent_ppo_D2_metrics"] = max(jax.tree.leaves(diff))
+
     # Bad input.
     res["err_divisible"] = _error(lambda: _trainer(_config("cartpole", "tiny", 3)))
     res["err_too_many"] = _error(lambda: _trainer(_config("cartpole", "tiny", 16)))

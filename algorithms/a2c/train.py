@@ -12,10 +12,10 @@ from typing import Any
 
 from algorithms.a2c.losses import a2c_loss
 from algorithms.common.config import PPO_ONLY_KEYS
-from algorithms.common.on_policy import make_on_policy_trainer
+from algorithms.common.on_policy import POLICY_DEFAULTS, make_on_policy_trainer
 from jaxdrive.training import Trainer
 
-__all__ = ["ALGO_DEFAULTS", "PPO_ONLY_KEYS", "make_train"]
+__all__ = ["ALGO_DEFAULTS", "POLICY_DEFAULTS", "PPO_ONLY_KEYS", "make_train"]
 
 #: ``config.algo`` keys of A2C and their defaults (each may be overridden per policy).
 ALGO_DEFAULTS: dict[str, Any] = {

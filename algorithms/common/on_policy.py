@@ -61,13 +61,16 @@ several devices refuse the config.
 
 from __future__ import annotations
 
+from collections import ChainMap
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from algorithms.common.config import POLICY_DEFAULTS as _COMMON_POLICY_DEFAULTS
 from algorithms.common.config import resolve_run
+from algorithms.common.config_rules import ON_POLICY_RULES, flag
 from algorithms.common.networks import mask_actions
 from algorithms.common.normalization import RunningMeanStd
 from algorithms.common.on_policy_learn import learn, masked_mean, pad_minibatch_rows, row_multiple
@@ -79,10 +82,14 @@ from algorithms.common.on_policy_setup import (
     RunnerState,
     build_setup,
 )
+from algorithms.common.recurrent import RECURRENT_POLICY_DEFAULTS, RECURRENT_RULES, initial_carry
 from jaxdrive.distributed import DEVICE_AXIS, make_mesh, maybe_psum, shard_map
 from jaxdrive.training import Trainer
 
 __all__ = [
+    "AGENT_ID_DEFAULTS",
+    "POLICY_DEFAULTS",
+    "POLICY_RULES",
     "LossFn",
     "PolicyState",
     "RunnerState",
@@ -91,6 +98,21 @@ __all__ = [
     "pad_minibatch_rows",
     "row_multiple",
 ]
+
+
+#: The agent-ID policy key: ``agent_ids`` appends one-hot agent indices within the group
+#: (and group indices when the policy serves several groups) to its observations
+#: (`jaxdrive.agent_ids`).
+AGENT_ID_DEFAULTS: dict[str, Any] = {"agent_ids": False}
+
+#: Keys of one PPO/A2C policy's config and their defaults: the recurrent cores'
+#: (`algorithms.common.recurrent.RECURRENT_POLICY_DEFAULTS`), `AGENT_ID_DEFAULTS` and
+#: `algorithms.common.config.POLICY_DEFAULTS`, read live (each default in one place).
+POLICY_DEFAULTS: Mapping[str, Any] = ChainMap(
+    RECURRENT_POLICY_DEFAULTS, AGENT_ID_DEFAULTS, _COMMON_POLICY_DEFAULTS
+)
+#: Value rules of PPO's and A2C's hyper-parameters (`POLICY_DEFAULTS` and ``algo`` keys).
+POLICY_RULES = {**ON_POLICY_RULES, **RECURRENT_RULES, "agent_ids": flag}
 
 
 def make_on_policy_trainer(
@@ -111,7 +133,14 @@ def make_on_policy_trainer(
     for config keys of other algorithms (see `algorithms.common.config.resolve_run`).
     """
     run = resolve_run(
-        config, env, env_params, algorithm=algo_name, algo_defaults=algo_defaults, hints=hints
+        config,
+        env,
+        env_params,
+        algorithm=algo_name,
+        algo_defaults=algo_defaults,
+        policy_defaults=POLICY_DEFAULTS,
+        rules=POLICY_RULES,
+        hints=hints,
     )
     setup = build_setup(run, loss_fn, single_step)
     names = setup.names
@@ -132,14 +161,27 @@ def make_on_policy_trainer(
         obs: Mapping[str, jax.Array],
         deterministic: bool = False,
         action_mask: Mapping[str, jax.Array] | None = None,
-    ) -> dict[str, jax.Array]:
+        carry: Mapping[str, Any] | None = None,
+    ) -> Any:
         """Env actions ``{g: [..., A_g, *act_shape]}`` for ``obs {g: [..., A_g, *O_g]}``.
 
         ``deterministic`` takes each distribution's mode; otherwise samples with ``key``.
         ``action_mask``: the timestep's ``{g: [..., A_g, K_g]}`` masks (`ts.action_mask`),
-        honoured by both; ``None``: every action allowed.
+        honoured by both; ``None``: every action allowed. ``carry``: the recurrent
+        policies' carries (from ``init_carry(...)`` or the previous call; reset them with
+        `algorithms.common.recurrent.reset_carry` where episodes end): then returns
+        ``(actions, carry)``. Recurrent policies need it.
         """
-        return _act(setup, params_by_policy, key, obs, deterministic, action_mask)
+        return _act(setup, params_by_policy, key, obs, deterministic, action_mask, carry)
+
+    def init_carry(lead: tuple[int, ...]) -> dict[str, Any]:
+        """Zero carries ``{policy: {"actor" | "critic": [*lead, A_p, S]}}`` of the
+        recurrent policies, for ``act(..., carry=...)`` on ``[*lead, A_g, ...]`` inputs."""
+        return {
+            p: initial_carry(ps.hp, (*lead, ps.spec.num_agents))
+            for p, ps in setup.policies.items()
+            if ps.recurrent
+        }
 
     if setup.axis is not None:
         init, update = _shard_trainer(init, update, make_mesh(run.num_devices), names)
@@ -152,6 +194,7 @@ def make_on_policy_trainer(
         config=config,
         get_params=get_params,
         act=act,
+        init_carry=init_carry if any(ps.recurrent for ps in setup.policies.values()) else None,
     )
 
 
@@ -168,13 +211,20 @@ def _init(setup: OnPolicySetup, key: jax.Array) -> RunnerState:
         ps = setup.policies[p]
         x = jnp.zeros((1, ps.in_size), jnp.float32)
         c = jnp.zeros((1, setup.gs_size + ps.obs_size)) if ps.hp["centralized_critic"] else None
-        params = ps.net.init(k, x, c)
+        carry = None
+        if ps.recurrent:  # sequences [T = 1, 1, ...]
+            c = None if c is None else c[None]
+            params = ps.net.init(k, initial_carry(ps.hp, (1,)), x[None], jnp.zeros((1, 1), bool), c)
+            carry = initial_carry(ps.hp, (setup.run.num_envs, ps.spec.num_agents))
+        else:
+            params = ps.net.init(k, x, c)
         pols[p] = PolicyState(
             params=params,
             opt_state=ps.tx.init(params),
             obs_norm=RunningMeanStd.create((ps.obs_size,)),
             ret_norm=RunningMeanStd.create(()),
             ret_acc=jnp.zeros((setup.run.num_envs, ps.spec.num_agents), jnp.float32),
+            carry=carry,
         )
     return RunnerState(
         policies=pols,
@@ -202,6 +252,8 @@ def _update(setup: OnPolicySetup, rs: RunnerState) -> tuple[RunnerState, dict[st
             setup, p, rs.policies[p], traj[p], last_values[p], gs_all, ent_coef, k
         )
         metrics.update(m)
+    for p, carry in traj.get("_carry", {}).items():  # recurrent policies' next carries
+        new_pols[p] = new_pols[p].replace(carry=carry)
     stats = maybe_psum(jax.tree.map(jnp.sum, stats), setup.axis)  # all devices' episodes
     n_done = stats["episodes_done"]
     denom = jnp.maximum(n_done, 1.0)
@@ -230,8 +282,10 @@ def _act(
     obs: Any,
     deterministic: bool,
     action_mask: Mapping[str, jax.Array] | None = None,
-) -> dict[str, jax.Array]:
-    """`Trainer.act`: each policy's actions for its groups' observations."""
+    carry: Mapping[str, Any] | None = None,
+) -> Any:
+    """`Trainer.act`: each policy's actions for its groups' observations (and the new
+    carries when ``carry`` is given)."""
     env, names = setup.env, setup.names
     if not isinstance(obs, Mapping):
         obs = {env.groups[0]: obs}
@@ -240,7 +294,7 @@ def _act(
     if jnp.asarray(key).dtype == jnp.uint32:
         key = jax.random.wrap_key_data(key)
     keys = jax.random.split(key, len(names))
-    out = {}
+    out, new_carry = {}, {}
     for p, k in zip(names, keys, strict=True):
         ps = setup.policies[p]
         s = ps.spec
@@ -248,10 +302,20 @@ def _act(
         parts = [obs[g] for g in s.groups]
         lead = parts[0].ndim - nd  # [..., A_g]
         x = jnp.concatenate(parts, axis=lead - 1) if len(parts) > 1 else parts[0]
-        x = x.reshape(*x.shape[:lead], ps.obs_size).astype(jnp.float32)
+        nf = 0 if ps.id_features is None else ps.id_features.shape[1]
+        x = ps.with_ids(x.reshape(*x.shape[:lead], ps.obs_size - nf).astype(jnp.float32))
         if s.hp["normalize_obs"]:
             x = params_by_policy[p]["obs_norm"].normalize(x)
-        dist = ps.net.apply(params_by_policy[p]["params"], x, method="policy")
+        if ps.recurrent:
+            if carry is None:
+                raise ValueError(
+                    f"policy {p!r} is recurrent: act needs carry= (trainer.init_carry(lead))"
+                )
+            new_carry[p], dist = ps.net.apply(
+                params_by_policy[p]["params"], carry[p], x, method="policy_step"
+            )
+        else:
+            dist = ps.net.apply(params_by_policy[p]["params"], x, method="policy")
         if action_mask is not None:
             m = [action_mask[g] for g in s.groups]
             m = jnp.concatenate(m, axis=lead - 1) if len(m) > 1 else m[0]
@@ -263,7 +327,8 @@ def _act(
             n = env.num_agents(g)
             out[g] = jax.lax.slice_in_dim(a, start, start + n, axis=lead - 1)
             start += n
-    return {g: out[g] for g in env.groups}
+    actions = {g: out[g] for g in env.groups}
+    return actions if carry is None else (actions, new_carry)
 
 
 def _state_specs(rs: RunnerState) -> RunnerState:
@@ -283,6 +348,7 @@ def _state_specs(rs: RunnerState) -> RunnerState:
             obs_norm=rep(ps.obs_norm),
             ret_norm=rep(ps.ret_norm),
             ret_acc=P(DEVICE_AXIS),
+            carry=shd(ps.carry),
         )
         for p, ps in rs.policies.items()
     }

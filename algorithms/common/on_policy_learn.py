@@ -14,10 +14,20 @@ minibatch and the result does not depend on the device count. Across devices, gr
 loss metrics and advantage statistics are sums of per-device masked sums divided by the
 global active count (``psum``).
 
-**Row padding**: each minibatch gets masked-out zero rows up to a multiple of
-`row_multiple` (a power of two, ≤ 1.6% more rows), so GEMM row counts have a large
-power-of-two factor and XLA needs no padded copies of the activations; every loss term is
-a masked mean, so the update is unchanged.
+**Recurrent policies** (truncated BPTT): the minibatches split the ``B = NL·A_p``
+sequences of ``T`` steps, never the steps. The sequences are cut into blocks of
+``num_minibatches`` neighbours (block ``b`` holds global sequences ``b·n_mb …
+(b+1)·n_mb − 1``); in each epoch every block permutes its members (key ``fold_in(k,
+global block index)``) and minibatch ``j`` takes the ``j``-th member of every block, so,
+as above, a device holds exactly its share of every minibatch. Each minibatch re-runs the
+network over its ``[T, B / n_mb]`` sequences from the carries stored at the rollout's
+start, resetting them where episodes ended (as acting did), so at the first gradient
+step the log-probs and values equal those of acting (ratio 1).
+
+**Row padding** (feed-forward policies): each minibatch gets masked-out zero rows up to
+a multiple of `row_multiple` (a power of two, ≤ 1.6% more rows), so GEMM row counts have
+a large power-of-two factor and XLA needs no padded copies of the activations; every
+loss term is a masked mean, so the update is unchanged.
 """
 
 from __future__ import annotations
@@ -90,6 +100,49 @@ def _minibatches(setup: OnPolicySetup, p: str, batch: dict, key: jax.Array) -> d
     return pad_minibatch_rows(mbs)
 
 
+def _sequence_minibatches(setup: OnPolicySetup, p: str, batch: dict, key: jax.Array) -> dict:
+    """A recurrent policy's ``batch`` (``{k: [M = T·B, ...]}`` plus ``carry0`` leaves
+    ``[NL, A_p, S]``) as minibatches of whole sequences: ``{k: [n_mb, T, B / n_mb, ...]}``,
+    ``carry0`` leaves ``[n_mb, B / n_mb, S]`` and ``env`` ``[n_mb, B / n_mb]`` (local env
+    index of each sequence)."""
+    ps = setup.policies[p]
+    n_mb, T, NL, A = ps.minibatches, setup.run.num_steps, setup.num_local_envs, ps.spec.num_agents
+    B = NL * A
+    if n_mb == 1 and ps.epochs == 1:
+        idx = jnp.arange(B, dtype=jnp.int32)[None]
+    else:  # blocks of n_mb neighbouring sequences, each permuted by its global index
+        nb = B // n_mb
+        blocks = jnp.arange(nb, dtype=jnp.int32)
+        if setup.axis is not None:
+            blocks = blocks + jax.lax.axis_index(setup.axis) * nb
+        perm = jax.vmap(lambda k: jax.random.permutation(k, n_mb))(setup.env_keys(key, blocks))
+        idx = (jnp.arange(nb, dtype=jnp.int32)[:, None] * n_mb + perm).T  # [n_mb, nb]
+    seq = {k: x.reshape(T, B, *x.shape[1:]) for k, x in batch.items() if k != "carry0"}
+    mbs = {k: jnp.moveaxis(x[:, idx], 1, 0) for k, x in seq.items()}
+    mbs["carry0"] = jax.tree.map(lambda c: c.reshape(B, *c.shape[2:])[idx], batch["carry0"])
+    mbs["env"] = idx // A
+    return mbs
+
+
+def _sequence_eval(setup: OnPolicySetup, p: str, params, obs_norm, gs_all, mb: dict):
+    """A recurrent policy's log-probs, entropies and values of a sequence minibatch
+    (`_sequence_minibatches`), all ``[T·B_mb]``, and its per-sample entries flattened the
+    same way."""
+    pol = setup.policies[p]
+    T, NL = setup.run.num_steps, setup.num_local_envs
+    x = pol.normalize(obs_norm, mb["obs"])  # [T, B_mb, O_pad]
+    c = None
+    if pol.hp["centralized_critic"]:
+        c = pol.critic_input(gs_all.reshape(T, NL, -1)[:, mb["env"]], x)
+    _, dist, v = pol.net.apply(params, mb["carry0"], x, mb["ends"], c)
+    dist = mask_actions(dist, mb.get("action_mask"), pol.action_spec)
+    logp, ent = log_prob_and_entropy(dist, mb["action"])
+    flat = {
+        k: val.reshape(-1, *val.shape[2:]) for k, val in mb.items() if k not in ("carry0", "env")
+    }
+    return logp.reshape(-1), ent.reshape(-1), v.reshape(-1), flat
+
+
 def _returns_scale(hp: dict, ps: PolicyState, reward, ends, active, axis):
     """Rewards divided by the running std of discounted returns (updated with this
     rollout's returns); returns ``(reward, ret_norm, ret_acc)``."""
@@ -147,7 +200,10 @@ def learn(
     }
     if "action_mask" in tr:  # the env's masks: [M, K] bool (row padding: all False)
         batch["action_mask"] = tr["action_mask"].reshape(M, tr["action_mask"].shape[-1])
-    if hp["centralized_critic"]:
+    if pol.recurrent:  # sequences: resets and the carries at the rollout's start
+        batch["ends"] = ends.reshape(M)
+        batch["carry0"] = tr["carry0"]
+    elif hp["centralized_critic"]:
         batch["row"] = jnp.arange(M, dtype=jnp.int32) // A  # index into gs_all [T*NL, C]
     obs_norm = ps.obs_norm
 
@@ -157,11 +213,14 @@ def learn(
         return num / jnp.maximum(maybe_psum(jnp.sum(m), axis), 1.0)
 
     def loss(params, mb):
-        x = pol.normalize(obs_norm, mb["obs"])
-        c = pol.critic_input(gs_all[mb["row"]], x) if hp["centralized_critic"] else None
-        dist, v = pol.net.apply(params, x, c)
-        dist = mask_actions(dist, mb.get("action_mask"), pol.action_spec)
-        logp, ent = log_prob_and_entropy(dist, mb["action"])
+        if pol.recurrent:
+            logp, ent, v, mb = _sequence_eval(setup, p, params, obs_norm, gs_all, mb)
+        else:
+            x = pol.normalize(obs_norm, mb["obs"])
+            c = pol.critic_input(gs_all[mb["row"]], x) if hp["centralized_critic"] else None
+            dist, v = pol.net.apply(params, x, c)
+            dist = mask_actions(dist, mb.get("action_mask"), pol.action_spec)
+            logp, ent = log_prob_and_entropy(dist, mb["action"])
         a = mb["advantage"]
         if hp["normalize_advantages"]:
             mu = gmean(a, mb["mask"])
@@ -191,8 +250,10 @@ def learn(
         params = optax.apply_updates(params, updates)
         return (params, opt_state), aux
 
+    split = _sequence_minibatches if pol.recurrent else _minibatches
+
     def epoch(carry, k):
-        return jax.lax.scan(mb_step, carry, _minibatches(setup, p, batch, k))
+        return jax.lax.scan(mb_step, carry, split(setup, p, batch, k))
 
     (params, opt_state), aux = jax.lax.scan(
         epoch, (ps.params, ps.opt_state), jax.random.split(key, pol.epochs)

@@ -5,9 +5,12 @@ sharing); the trajectory holds, per policy, ``[T, NL, A_p, ...]`` observations (
 ``O_pad``), raw actions, behaviour log-probs, values, rewards, the ``active`` mask of the
 observation acted on, terminated flags, episode ends and ``V(final_obs)`` for truncation
 bootstraps; where the env gives action masks, also the ``[T, NL, A_p, K]`` mask the
-action was sampled under (the learner's log-probs and entropies use it). Every per-env
-random draw uses ``fold_in(key, global env index)``, so the numbers do not depend on the
-device count.
+action was sampled under (the learner's log-probs and entropies use it). Recurrent
+policies act from their carry (`PolicyState.carry`), which is set to zeros after each step
+where the agent's episode ended; ``traj[p]["carry0"]`` is the carry at the rollout's start
+(the learner re-runs the sequences from it) and ``traj["_carry"][p]`` the carry after the
+last step. Every per-env random draw uses ``fold_in(key, global env index)``, so the
+numbers do not depend on the device count.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import jax.numpy as jnp
 
 from algorithms.common.networks import cast_kernels, joint_head_params, mask_actions
 from algorithms.common.on_policy_setup import OnPolicySetup, RunnerState
+from algorithms.common.recurrent import reset_carry
 from jaxdrive.types import TimeStep
 from jaxdrive.wrappers import merge_reset, reset_fields, select_tree
 
@@ -89,30 +93,35 @@ def rollout(setup: OnPolicySetup, rs: RunnerState, key: jax.Array) -> tuple[Any,
         for p in names
     }
     ids = setup.env_ids()
+    rec = tuple(p for p in names if setups[p].recurrent)
 
     def step(carry, k):
-        env_state, ts = carry
+        env_state, ts, hc = carry  # hc: {p: recurrent policy p's carry, leaves [NL, A_p, S]}
         k_env, *k_pol = jax.random.split(k, 1 + len(names))
         gs = setup.global_state(env_state) if need_gs else None  # [NL, C]
         gs_b = None if gs is None else gs[:, None, :]
         obs_p = pmap.to_policy(ts.obs, axis=1)
         active_p = pmap.to_policy(ts.active, axis=1)
         masks = None if ts.action_mask is None else pmap.to_policy(ts.action_mask, axis=1)
-        out, env_actions = {}, {}
+        out, env_actions, hc_next = {}, {}, {}
         for p, kp in zip(names, k_pol, strict=True):
             ps = setups[p]
             obs = ps.flat_obs(obs_p[p], 2)  # [NL, A_p, O_pad]
             x, c = ps.inputs(pols[p], obs, gs_b)
             mask = None if masks is None else masks[p]  # [NL, A_p, K] bool
 
-            def act_one(x, c, m, k, p=p):  # one env: x [A_p, O_pad], c [A_p, C + O] or None
-                dist, value = setups[p].net.apply(act_params[p], x, c, joints[p], method="act")
+            def act_one(x, c, m, k, h, p=p):  # one env: x [A_p, O_pad], c [A_p, C + O] or None
+                net = setups[p].net
+                if h is None:
+                    dist, value = net.apply(act_params[p], x, c, joints[p], method="act")
+                else:  # recurrent: h {core: [A_p, S]}
+                    h, dist, value = net.apply(act_params[p], h, x, c, method="step")
                 dist = mask_actions(dist, m, setups[p].action_spec)
                 raw = dist.sample(k)
-                return raw, dist.log_prob(raw), value, dist.to_env(raw)
+                return raw, dist.log_prob(raw), value, dist.to_env(raw), h
 
-            raw, logp, value, env_actions[p] = jax.vmap(act_one)(
-                x, c, mask, setup.env_keys(kp, ids)
+            raw, logp, value, env_actions[p], hc_next[p] = jax.vmap(act_one)(
+                x, c, mask, setup.env_keys(kp, ids), hc.get(p)
             )
             out[p] = {
                 "obs": obs.astype(ps.obs_dtype),
@@ -132,7 +141,12 @@ def rollout(setup: OnPolicySetup, rs: RunnerState, key: jax.Array) -> tuple[Any,
             vals = {}
             for p in names:
                 x, c = setups[p].inputs(pols[p], setups[p].flat_obs(final_p[p], 2), gs_b)
-                vals[p] = setups[p].net.apply(act_params[p], x, c, method="value")
+                if p in rec:  # the carry after this step, before its reset
+                    vals[p] = setups[p].net.apply(
+                        act_params[p], hc_next[p], x, c, method="value_step"
+                    )
+                else:
+                    vals[p] = setups[p].net.apply(act_params[p], x, c, method="value")
             return vals
 
         def no_values(_):
@@ -159,11 +173,17 @@ def rollout(setup: OnPolicySetup, rs: RunnerState, key: jax.Array) -> tuple[Any,
             stats[f"episode_return/{g}"] = jnp.sum(done_f * ret)
         if need_gs:
             out["_gs"] = gs
-        return (env_state, nts), (out, stats)
+        hc = {p: reset_carry(hc_next[p], out[p]["ends"]) for p in rec}
+        return (env_state, nts, hc), (out, stats)
 
-    (env_state, ts), (traj, stats) = jax.lax.scan(
-        step, (rs.env_state, rs.timestep), jax.random.split(key, setup.run.num_steps)
+    hc0 = {p: pols[p].carry for p in rec}
+    (env_state, ts, hc), (traj, stats) = jax.lax.scan(
+        step, (rs.env_state, rs.timestep, hc0), jax.random.split(key, setup.run.num_steps)
     )
+    for p in rec:
+        traj[p]["carry0"] = hc0[p]
+    if rec:
+        traj["_carry"] = hc
     # Values of the observation after the last step, for the bootstrap.
     gs = setup.global_state(env_state) if need_gs else None
     obs_p = pmap.to_policy(ts.obs, axis=1)
@@ -171,5 +191,8 @@ def rollout(setup: OnPolicySetup, rs: RunnerState, key: jax.Array) -> tuple[Any,
     for p in names:
         gs_last = None if gs is None else gs[:, None]
         x, c = setups[p].inputs(pols[p], setups[p].flat_obs(obs_p[p], 2), gs_last)
-        last_values[p] = setups[p].net.apply(act_params[p], x, c, method="value")
+        if p in rec:
+            last_values[p] = setups[p].net.apply(act_params[p], hc[p], x, c, method="value_step")
+        else:
+            last_values[p] = setups[p].net.apply(act_params[p], x, c, method="value")
     return env_state, ts, traj, stats, last_values, gs

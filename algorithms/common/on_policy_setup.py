@@ -8,7 +8,7 @@ inputs, per-env keys). `PolicyState` and `RunnerState` are the learner state.
 Dimension letters: ``T`` steps per iteration, ``N`` envs (``NL = N / D`` on each of ``D``
 devices), ``A_p`` agents of policy ``p``, ``O`` its flat observation size, ``O_pad`` that
 padded to a multiple of ``input_pad_multiple``, ``C`` the centralised critic's
-global-state size.
+global-state size, ``S`` a recurrent core's carry size (`algorithms.common.recurrent`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from algorithms.common.config import PolicySpec, RunSpec
 from algorithms.common.multi_policy import PolicyMap
 from algorithms.common.networks import ActionSpec, ActorCritic, flat_obs_size, padded_size
 from algorithms.common.normalization import RunningMeanStd
+from algorithms.common.recurrent import RecurrentActorCritic, core_kinds, is_recurrent
 from algorithms.common.schedules import make_schedule
+from jaxdrive.agent_ids import agent_id_features
 from jaxdrive.distributed import DEVICE_AXIS
 from jaxdrive.types import TimeStep
 
@@ -57,6 +59,9 @@ class PolicyState:
     obs_norm: RunningMeanStd  # mean/var [O] of flat observations (used if normalize_obs)
     ret_norm: RunningMeanStd  # mean/var [] of discounted returns (used if normalize_rewards)
     ret_acc: jax.Array  # [N, A_p] float32 running discounted return per agent slot
+    # recurrent policies: {"actor" | "critic": [N, A_p, S] float32} carries of the next
+    # observation's step (zeros where an episode just ended); None for feed-forward ones
+    carry: Any = None
 
 
 @struct.dataclass
@@ -76,9 +81,9 @@ class PolicySetup:
 
     spec: PolicySpec
     action_spec: ActionSpec
-    net: ActorCritic
+    net: ActorCritic | RecurrentActorCritic
     tx: optax.GradientTransformation
-    obs_size: int  # O: flat observation size
+    obs_size: int  # O: flat observation size (the agent-ID features included)
     in_size: int  # O_pad: O padded to a multiple of input_pad_multiple
     epochs: int
     minibatches: int
@@ -86,15 +91,34 @@ class PolicySetup:
     # the network casts them to it first thing (no normalisation in between), else float32
     obs_dtype: Any
     ent_schedule: Callable[[jax.Array], jax.Array]
+    # agent_ids: [A_p, F] float32 one-hot agent (and group) indices appended to the flat
+    # observations (jaxdrive.agent_ids.agent_id_features over the policy's groups)
+    id_features: np.ndarray | None = None
 
     @property
     def hp(self) -> dict[str, Any]:
         return self.spec.hp
 
+    @property
+    def recurrent(self) -> bool:
+        """Whether the policy has a recurrent core (`algorithms.common.recurrent`)."""
+        return is_recurrent(self.spec.hp)
+
+    def with_ids(self, x: jax.Array) -> jax.Array:
+        """Flat observations ``[..., A_p, O - F]`` with the agent-ID features appended:
+        ``[..., A_p, O]`` (``x`` itself without ``agent_ids``)."""
+        if self.id_features is None:
+            return x
+        ids = jnp.asarray(self.id_features, x.dtype)
+        return jnp.concatenate([x, jnp.broadcast_to(ids, (*x.shape[:-1], ids.shape[1]))], -1)
+
     def flat_obs(self, obs: jax.Array, lead: int) -> jax.Array:
         """``[*lead_dims, *O] -> [*lead_dims, O_pad]`` float32: padded with one 1.0 (the
-        first layer's bias column, see `PaddedInputDense`) and then zeros."""
-        x = obs.reshape(*obs.shape[:lead], self.obs_size).astype(jnp.float32)
+        first layer's bias column, see `PaddedInputDense`) and then zeros. The last lead
+        dimension is the agent axis ``A_p`` (agent-ID features are appended first)."""
+        nf = 0 if self.id_features is None else self.id_features.shape[1]
+        x = obs.reshape(*obs.shape[:lead], self.obs_size - nf).astype(jnp.float32)
+        x = self.with_ids(x)
         extra = self.in_size - self.obs_size
         if extra:
             pad = jnp.zeros((extra,), jnp.float32).at[0].set(1.0)
@@ -192,7 +216,7 @@ def _check_policy(spec: PolicySpec, run: RunSpec, single_step: bool) -> ActionSp
         raise ValueError(f"{where}: shared_torso cannot be combined with centralized_critic")
     per_env = run.num_steps * spec.num_agents
     batch = per_env * run.num_envs
-    if not single_step:
+    if not single_step and not is_recurrent(hp):  # recurrent: `_check_recurrent`
         mbs = hp["num_minibatches"]
         if batch % mbs:
             raise ValueError(
@@ -205,10 +229,50 @@ def _check_policy(spec: PolicySpec, run: RunSpec, single_step: bool) -> ActionSp
                 "the samples of one env: with num_devices > 1 minibatches take an equal share "
                 "of every env's samples (so that results do not depend on the device count)"
             )
+    if is_recurrent(hp):
+        _check_recurrent(spec, run, single_step)
     try:
         return ActionSpec.from_space(spec.action_space, hp["action_head"], hp["log_std_init"])
     except ValueError as e:
         raise ValueError(f"{where} (groups {list(spec.groups)}): {e}") from None
+
+
+def _check_recurrent(spec: PolicySpec, run: RunSpec, single_step: bool) -> None:
+    """Recurrent policies learn from whole sequences: minibatches split the
+    ``N·A_p`` sequences (``N/D·A_p`` on each device), never the steps."""
+    hp, where = spec.hp, f"policy {spec.name!r}"
+    if hp["shared_torso"]:
+        raise ValueError(f"{where}: shared_torso cannot be combined with a recurrent core")
+    local = run.num_envs // run.num_devices * spec.num_agents
+    if not single_step and local % hp["num_minibatches"]:
+        raise ValueError(
+            f"{where}: num_minibatches={hp['num_minibatches']} does not divide the "
+            f"{local} sequences (num_envs/num_devices*agents) of a recurrent policy: its "
+            "minibatches take whole [num_steps] sequences of env agents"
+        )
+
+
+def _network(spec: PolicySpec, action_spec: ActionSpec, obs_size: int, padded: bool) -> Any:
+    """The policy's `ActorCritic`, or its `RecurrentActorCritic` when it has a core."""
+    hp = spec.hp
+    kw = dict(
+        obs_features=obs_size if padded else None,
+        critic_features=obs_size if padded and not hp["centralized_critic"] else None,
+        compute_dtype=jnp.dtype(hp["compute_dtype"]),
+        bias_column=padded,
+    )
+    if is_recurrent(hp):
+        actor, critic = core_kinds(hp)
+        return RecurrentActorCritic(
+            action_spec,
+            hp["hidden_sizes"],
+            hp["activation"],
+            actor_kind=actor,
+            critic_kind=critic,
+            core_size=hp["core_size"],
+            **kw,
+        )
+    return ActorCritic(action_spec, hp["hidden_sizes"], hp["activation"], hp["shared_torso"], **kw)
 
 
 def _policy_setup(spec: PolicySpec, run: RunSpec, single_step: bool) -> PolicySetup:
@@ -217,18 +281,14 @@ def _policy_setup(spec: PolicySpec, run: RunSpec, single_step: bool) -> PolicySe
     epochs = 1 if single_step else hp["num_epochs"]
     minibatches = 1 if single_step else hp["num_minibatches"]
     obs_size = flat_obs_size(spec.obs_space)
+    ids = None
+    if hp["agent_ids"]:
+        counts = [run.env.num_agents(g) for g in spec.groups]
+        ids = agent_id_features(counts, group_ids=len(counts) > 1)
+        obs_size += ids.shape[1]
     in_size = padded_size(obs_size, hp["input_pad_multiple"])
     padded = in_size > obs_size
-    net = ActorCritic(
-        action_spec,
-        hp["hidden_sizes"],
-        hp["activation"],
-        hp["shared_torso"],
-        obs_features=obs_size if padded else None,
-        critic_features=obs_size if padded and not hp["centralized_critic"] else None,
-        compute_dtype=jnp.dtype(hp["compute_dtype"]),
-        bias_column=padded,
-    )
+    net = _network(spec, action_spec, obs_size, padded)
     bf16 = hp["compute_dtype"] == "bfloat16" and not hp["normalize_obs"]
     n_iter = run.num_iterations
     lr = make_schedule(hp["lr_schedule"], hp["lr"], 0.0, n_iter * epochs * minibatches)
@@ -248,6 +308,7 @@ def _policy_setup(spec: PolicySpec, run: RunSpec, single_step: bool) -> PolicySe
         ent_schedule=make_schedule(
             hp["ent_schedule"], hp["ent_coef"], hp["ent_coef_final"], n_iter
         ),
+        id_features=ids,
     )
 
 

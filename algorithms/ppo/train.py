@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from algorithms.common.on_policy import make_on_policy_trainer
+from algorithms.common.on_policy import POLICY_DEFAULTS, make_on_policy_trainer
 from algorithms.ppo.losses import ppo_loss
 from jaxdrive.training import Trainer
 
-__all__ = ["ALGO_DEFAULTS", "make_train"]
+__all__ = ["ALGO_DEFAULTS", "POLICY_DEFAULTS", "make_train"]
 
 #: ``config.algo`` keys of PPO and their defaults (each may be overridden per policy).
 ALGO_DEFAULTS: dict[str, Any] = {

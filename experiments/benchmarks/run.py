@@ -21,6 +21,8 @@ Suites:
   adapters from_jaxmarl(MPE simple_spread) vs JaxMARL's own env at 1e3..1e5 envs (the
            adapter's overhead ratio), to_gymnasium(CartPole, 1024 envs) from a host loop
            (`experiments.benchmarks.adapters`).
+  recurrent  PPO throughput with GRU policies beside feed-forward ones: Tag 1000 envs ×
+           (10+100), CartPole 10,000 envs (`experiments.benchmarks.recurrent`).
 
 Prints a table and appends one JSON line per measurement to ``--out`` (checked before
 any work; the file is rewritten atomically). A bad ``--out`` or ``--compare`` and any
@@ -56,7 +58,7 @@ __all__ = [
 FLAGS = flags.FLAGS
 SUITES = (
     "quick", "env", "env_big", "classic", "train", "learning", "scaling", "marl_learning",
-    "adapters",
+    "adapters", "recurrent",
 )  # fmt: skip
 MPE_SUITES = ("mpe", "mpe_quick", "mpe_learning", "mpe_parity")  # experiments.benchmarks.mpe
 BACKENDS = ("auto", "xla", "pallas")
@@ -427,6 +429,10 @@ def _run() -> None:
         from experiments.benchmarks.mpe import run_mpe_suite
 
         records += run_mpe_suite(FLAGS.suite, FLAGS.repeats)
+    if FLAGS.suite == "recurrent":
+        from experiments.benchmarks.recurrent import run_recurrent_suite
+
+        records += run_recurrent_suite(FLAGS.train_iterations, FLAGS.repeats)
     if FLAGS.compare:
         print("\nratios against anchors:")
         for line in compare(records, anchors):

@@ -1,7 +1,8 @@
 """PPO on CartPole-v1 (purejaxrl's settings).
 
 Presets (``--config=experiments/configs/cartpole.py:tiny,a2c``): ``tiny`` (a few
-iterations, for tests and quick CPU runs), ``a2c`` (A2C instead of PPO).
+iterations, for tests and quick CPU runs), ``a2c`` (A2C instead of PPO), ``gru`` (a
+recurrent policy: a GRU after each torso, see ``docs/recurrent.md``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import ml_collections
 
 from algorithms.common.config import base_config, drop_ppo_only_keys, parse_presets
 
-PRESETS = ("tiny", "a2c")
+PRESETS = ("tiny", "a2c", "gru")
 
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
@@ -25,6 +26,8 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         c.total_env_steps = 4 * 16 * 4
         c.policies.agent.hidden_sizes = (16, 16)
         c.run.iterations_per_chunk = 2
+    if "gru" in presets:
+        c.policies.agent.update(core="gru", core_size=16 if "tiny" in presets else 128)
     if "a2c" in presets:
         drop_ppo_only_keys(c)
         c.algo.gae_lambda = 1.0

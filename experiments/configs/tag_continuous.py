@@ -22,7 +22,9 @@ Presets (``--config=experiments/configs/tag_continuous.py:tiny``, comma-separate
 README's main command, a few minutes on a CPU),
 ``a2c`` (WarpDrive's A2C), ``mappo`` (a centralised critic on the global state),
 ``full_obs`` (full instead of partial observation), ``advnorm`` (normalised advantages
-and entropy coefficient 0.01, which learns faster than WarpDrive's numbers).
+and entropy coefficient 0.01, which learns faster than WarpDrive's numbers), ``gru``
+(recurrent policies: a GRU of 128 after each torso, actor and critic; see
+``docs/recurrent.md``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import ml_collections
 
 from algorithms.common.config import base_config, drop_ppo_only_keys, parse_presets
 
-PRESETS = ("tiny", "cpu", "a2c", "mappo", "full_obs", "advnorm")
+PRESETS = ("tiny", "cpu", "a2c", "mappo", "full_obs", "advnorm", "gru")
 
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
@@ -118,9 +120,13 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         # WarpDrive's numbers (see the README's training section)
         c.algo.normalize_advantages = True
         c.algo.ent_coef = 0.01
+    if "gru" in presets:
+        for p in ("tagger", "runner"):
+            c.policies[p].update(core="gru", core_size=8 if "tiny" in presets else 128)
     if "a2c" in presets:
         drop_ppo_only_keys(c)
         for p in ("tagger", "runner"):  # WarpDrive's FullyConnected: heads on one torso
-            c.policies[p].shared_torso = "mappo" not in presets  # (MAPPO: a critic torso)
+            # (MAPPO: a critic torso; recurrent: a core each)
+            c.policies[p].shared_torso = "mappo" not in presets and "gru" not in presets
         c.algo.gae_lambda = 1.0
     return c

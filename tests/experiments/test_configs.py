@@ -19,17 +19,20 @@ import algorithms.ddpg.train as ddpg_train
 import algorithms.ppo.train as ppo_train
 from algorithms.a2c import train as a2c_train
 from algorithms.common import config as cfg
+from algorithms.common.on_policy import AGENT_ID_DEFAULTS
+from algorithms.common.recurrent import RECURRENT_POLICY_DEFAULTS
 
 #: ``(config module, preset)``s checked, every preset alone and common combinations.
 COMBOS = {
     "acrobot": ("", "tiny", "a2c", "tiny,a2c"),
-    "cartpole": ("", "tiny", "a2c", "tiny,a2c"),
+    "cartpole": ("", "tiny", "a2c", "tiny,a2c", "gru", "tiny,gru"),
     "mountain_car": ("", "tiny", "a2c", "tiny,a2c"),
     "mountain_car_continuous": ("", "tiny"),
     "pendulum": ("", "tiny"),
     "tag_continuous": (
         *("", "tiny", "cpu", "a2c", "mappo", "full_obs", "advnorm"),
         *("tiny,a2c", "cpu,a2c", "a2c,mappo", "tiny,advnorm", "cpu,full_obs"),
+        *("gru", "tiny,gru", "a2c,gru"),
     ),
     "tag_gridworld": (
         *("", "tiny", "a2c", "mappo", "two_policies"),
@@ -51,6 +54,8 @@ FINGERPRINTS = {
     "cartpole:a2c": "a14fde6c70d753e8",
     "cartpole:tiny": "f6f60341e4c59f5b",
     "cartpole:tiny,a2c": "a890bca8dbd128a3",
+    "cartpole:gru": "801ada4b37718963",
+    "cartpole:tiny,gru": "cccaa4cd20f82ccf",
     "mountain_car:": "f531d50f2d46e175",
     "mountain_car:a2c": "86a384500dd1895b",
     "mountain_car:tiny": "74bbcf482158befd",
@@ -71,6 +76,9 @@ FINGERPRINTS = {
     "tag_continuous:tiny": "9153bb89e483a44d",
     "tag_continuous:tiny,a2c": "e0318f7938c03713",
     "tag_continuous:tiny,advnorm": "21a457eda7af0401",
+    "tag_continuous:gru": "54892272df22cfc3",
+    "tag_continuous:tiny,gru": "000315d4978cb226",
+    "tag_continuous:a2c,gru": "92115f0e70468dd3",
     "tag_gridworld:": "85e9bf334ea78d66",
     "tag_gridworld:a2c": "82959b0734e1e0de",
     "tag_gridworld:a2c,mappo": "3f07e27df5af6efd",
@@ -138,7 +146,10 @@ def effective(c: Any) -> dict[str, Any]:
         hp = {**base["policies"][n], **algo, **p}
         out.update({f"policies.{n}.{k}": v for k, v in hp.items()})
     out.update({f"run.{k}": v for k, v in {**base["run"], **d["run"]}.items()})
-    return out
+    # policy keys added after the record, at their defaults, change no run: left out
+    later = {**RECURRENT_POLICY_DEFAULTS, **AGENT_ID_DEFAULTS}
+    name = {k: k.rsplit(".", 1)[-1] for k in out}
+    return {k: v for k, v in out.items() if name[k] not in later or later[name[k]] != v}
 
 
 def _fingerprint(values: dict[str, Any]) -> str:
@@ -187,6 +198,8 @@ _DEFAULT_DICTS = (
     ddpg_train.ALGO_DEFAULTS,
     ddpg_train.POLICY_DEFAULTS,
     ddpg_train.RUN_DEFAULTS,
+    RECURRENT_POLICY_DEFAULTS,
+    AGENT_ID_DEFAULTS,
 )
 
 
@@ -235,7 +248,7 @@ def test_base_config_is_complete_and_checked():
     assert set(c.keys()) == set(cfg.TOP_LEVEL_KEYS)
     assert dict(c.algo) == ppo_train.ALGO_DEFAULTS
     assert {k: v for k, v in c.policies.agent.items() if k != "groups"} == {
-        k: v for k, v in cfg.POLICY_DEFAULTS.items() if k != "groups"
+        k: v for k, v in ppo_train.POLICY_DEFAULTS.items() if k != "groups"
     }
     assert c.run.to_dict() == cfg.RUN_DEFAULTS
     assert cfg.base_config("ddpg", "Pendulum-v1").run.iterations_per_chunk == 100
