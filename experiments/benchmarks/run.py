@@ -13,6 +13,9 @@ Suites:
   scaling  data-parallel scaling on 1, 2, 4, ... devices (those present): Tag A2C
            1000 envs × (10+100) per device, CartPole A2C 10,000 envs per device; weak
            (envs per device fixed) and strong (the largest count's global batch, split).
+  locomotion     MJX Humanoid-v5/Ant-v5 env-only stepping at ``--locomotion_envs`` beside
+           raw ``vmap(mjx.step)`` and Brax's MJX envs (`experiments.benchmarks.locomotion`).
+  mujoco_parity  ``--parity_states`` one-step comparisons per MJX env with Gymnasium v5.
 
 Prints a table and appends one JSON line per measurement to ``--out`` (checked before
 any work; the file is rewritten atomically). A bad ``--out`` or ``--compare`` and any
@@ -46,7 +49,10 @@ __all__ = [
 ]
 
 FLAGS = flags.FLAGS
-SUITES = ("quick", "env", "env_big", "classic", "train", "learning", "scaling")
+SUITES = (
+    "quick", "env", "env_big", "classic", "train", "learning", "scaling", "locomotion",
+    "mujoco_parity",
+)  # fmt: skip
 BACKENDS = ("auto", "xla", "pallas")
 flags.DEFINE_enum("suite", "quick", SUITES, "which benchmark suite to run")
 flags.DEFINE_string("out", "experiments/benchmarks/results/results.jsonl", "JSON-lines output")
@@ -79,6 +85,8 @@ flags.DEFINE_list(
     "runs of --suite=learning (also: ppo_cartpole_bf16, ppo_tag_bf16: mixed precision)",
 )
 flags.DEFINE_integer("tag_learning_steps", 100_000_000, "env steps of the Tag learning runs")
+flags.DEFINE_list("locomotion_envs", ["1024", "4096", "16384"], "env counts of --suite=locomotion")
+flags.DEFINE_integer("parity_states", 10_000, "states per env of --suite=mujoco_parity")
 flags.DEFINE_string("compare", "", "anchor JSON lines to compare with (comma-separated globs)")
 
 # (num_envs, taggers, runners, full_obs, k)
@@ -402,6 +410,14 @@ def _run() -> None:
         records += run_learning_suite(FLAGS.num_seeds)
     if FLAGS.suite == "scaling":
         records += run_scaling_suite(FLAGS.train_iterations, FLAGS.repeats)
+    if FLAGS.suite in ("locomotion", "mujoco_parity"):
+        from experiments.benchmarks import locomotion
+
+        if FLAGS.suite == "locomotion":
+            sizes = tuple(int(n) for n in FLAGS.locomotion_envs)
+            records += locomotion.run_locomotion_suite(sizes, FLAGS.num_steps, FLAGS.repeats)
+        else:
+            records += locomotion.run_parity_suite(FLAGS.parity_states)
     if FLAGS.compare:
         print("\nratios against anchors:")
         for line in compare(records, anchors):

@@ -1,0 +1,151 @@
+"""Gymnasium's v5 envs as the reference for the MJX envs (tests and the
+``mujoco_parity`` benchmark suite).
+
+`gymnasium_env` builds Gymnasium's env on exactly the model the MJX env steps (the
+edited model written to a temporary XML for ``xml_file``) with the same options and
+params. `compare` steps both from the same ``(qpos, qvel)`` (zero warm start, as after
+``mj_resetData``) with the same actions and reports the largest differences of the
+observation, of each reward term and the termination flags.
+
+Why the two differ at all: MJX computes in float32 where MuJoCo uses float64, and
+its Newton/CG solver (the same algorithm, run for the model's ``iterations``) stops at
+float32 precision; contact onsets (a penetration crossing zero) can amplify that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from environments.mujoco.base import GROUP, MujocoEnv
+
+__all__ = ["compare", "gymnasium_env", "health_margin", "random_states"]
+
+_NOT_GYM_OPTIONS = ("xml_file", "model", "max_episode_steps")
+
+
+def gymnasium_env(env: MujocoEnv, params: Any = None) -> Any:
+    """Gymnasium's ``<Name>-v5`` (unwrapped) on ``env.model_xml()`` with ``env``'s
+    constructor options and ``params`` (default: ``env.default_params``)."""
+    import gymnasium
+
+    params = env.default_params if params is None else params
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(env):
+        if f.name not in _NOT_GYM_OPTIONS:
+            kwargs[f.name] = getattr(env, f.name)
+    for f in dataclasses.fields(params):
+        v = getattr(params, f.name)
+        kwargs[f.name] = tuple(float(x) for x in v) if isinstance(v, tuple) else v
+        if isinstance(v, bool | np.bool_):
+            kwargs[f.name] = bool(v)
+    with tempfile.NamedTemporaryFile("w", suffix=".xml", delete=False) as f:
+        f.write(env.model_xml())
+    try:
+        ref = gymnasium.make(f"{env.name}-v5", xml_file=f.name, **kwargs).unwrapped
+    finally:
+        os.unlink(f.name)
+    ref.reset(seed=0)
+    return ref
+
+
+def random_states(ref: Any, num_states: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``(qpos [num_states, Q], qvel [num_states, V])`` float64: the states a random-action
+    walk of Gymnasium's env ``ref`` visits (reset where an episode ends or after 1000
+    steps), for `compare` to start from."""
+    rng = np.random.default_rng(seed)
+    low, high = ref.action_space.low, ref.action_space.high
+    ref.reset(seed=seed)
+    qpos, qvel, t = [], [], 0
+    while len(qpos) < num_states:
+        _, _, term, _, _ = ref.step(rng.uniform(low, high))
+        qpos.append(ref.data.qpos.copy())
+        qvel.append(ref.data.qvel.copy())
+        t += 1
+        if term or t >= 1000:
+            ref.reset(seed=int(rng.integers(2**31)))
+            t = 0
+    return np.asarray(qpos), np.asarray(qvel)
+
+
+def health_margin(env: MujocoEnv, params: Any, qpos: np.ndarray, qvel: np.ndarray) -> float:
+    """How far the values the health test compares (height, angle, state) lie from the
+    nearest finite bound of their ranges (``inf`` for an env without a health test)."""
+    ranges = {
+        "Humanoid": [("healthy_z_range", qpos[2:3])],
+        "Ant": [("healthy_z_range", qpos[2:3])],
+        "Hopper": [
+            ("healthy_z_range", qpos[1:2]),
+            ("healthy_angle_range", qpos[2:3]),
+            ("healthy_state_range", np.concatenate([qpos, qvel])[2:]),
+        ],
+        "Walker2d": [("healthy_z_range", qpos[1:2]), ("healthy_angle_range", qpos[2:3])],
+    }.get(env.name, [])
+    margin = np.inf
+    for field, values in ranges:
+        for bound in getattr(params, field):
+            if np.isfinite(bound):
+                margin = min(margin, float(np.min(np.abs(np.asarray(values) - bound))))
+    return margin
+
+
+def _ours(env: MujocoEnv, params: Any):
+    @jax.jit
+    def one(qpos, qvel, action):
+        state = env.state_from(qpos, qvel)
+        _, ts = env.step(jax.random.key(0), state, action[None], params)
+        return ts.obs[GROUP][0], ts.extras, ts.terminated[GROUP][0]
+
+    return jax.vmap(one)
+
+
+def compare(
+    env: MujocoEnv,
+    qpos: np.ndarray,
+    qvel: np.ndarray,
+    actions: np.ndarray,
+    params: Any = None,
+    ref: Any = None,
+) -> dict[str, Any]:
+    """Steps ``env`` and Gymnasium's reference once from each ``(qpos [N, Q], qvel [N, V])``
+    with ``actions [N, U]``. Returns the largest absolute differences ``obs`` (scaled by
+    ``1 + |reference|``), ``reward_*`` per term, ``reward`` (the sum) and
+    ``terminated_mismatch``, the indices where the flags differ, with
+    ``terminated_mismatch_margin``, the largest `health_margin` of the reference's
+    state among them (a flag may differ only where a value sits at a threshold)."""
+    import mujoco
+
+    params = env.default_params if params is None else params
+    ref = gymnasium_env(env, params) if ref is None else ref
+    obs, extras, term = jax.device_get(
+        _ours(env, params)(
+            jnp.asarray(qpos, jnp.float32),
+            jnp.asarray(qvel, jnp.float32),
+            jnp.asarray(actions, jnp.float32),
+        )
+    )
+    keys = [k for k in extras if k.startswith("reward_")]
+    out: dict[str, Any] = {"obs": 0.0, "reward": 0.0, **{k: 0.0 for k in keys}}
+    mismatch, margins = [], []
+    for i in range(len(qpos)):
+        mujoco.mj_resetData(ref.model, ref.data)
+        ref.set_state(qpos[i], qvel[i])
+        o, r, t, _, info = ref.step(np.asarray(actions[i], np.float64))
+        out["obs"] = max(out["obs"], float(np.max(np.abs(o - obs[i]) / (1 + np.abs(o)))))
+        ours_r = sum(float(extras[k][i]) for k in keys)
+        out["reward"] = max(out["reward"], abs(r - ours_r))
+        for k in keys:
+            out[k] = max(out[k], abs(float(info[k]) - float(extras[k][i])))
+        if bool(t) != bool(term[i]):
+            mismatch.append(i)
+            margins.append(health_margin(env, params, ref.data.qpos, ref.data.qvel))
+    out["terminated_mismatch"] = mismatch
+    out["terminated_mismatch_margin"] = max(margins, default=0.0)
+    out["n"] = len(qpos)
+    return out
