@@ -147,9 +147,14 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
         return 1
 
     @property
+    def obs_parts(self) -> tuple[tuple[str, int], ...]:
+        """``(name, size)`` of each part of the observation, in order (sizes sum to ``O``)."""
+        raise NotImplementedError
+
+    @property
     def obs_size(self) -> int:
         """``O``, the length of one observation."""
-        raise NotImplementedError
+        return sum(size for _, size in self.obs_parts)
 
     def observation_space(self, group: str) -> Space:
         self._check_group(group)

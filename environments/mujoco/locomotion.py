@@ -95,17 +95,16 @@ class Humanoid(MujocoEnv[HumanoidParams]):
         return HumanoidParams()
 
     @property
-    def obs_size(self) -> int:
+    def obs_parts(self) -> tuple[tuple[str, int], ...]:
         m = self.mj_model
         nb = m.nbody - 1
         return (
-            m.nq
-            + m.nv
-            - 2 * self.exclude_current_positions_from_observation
-            + 10 * nb * self.include_cinert_in_observation
-            + 6 * nb * self.include_cvel_in_observation
-            + (m.nv - 6) * self.include_qfrc_actuator_in_observation
-            + 6 * nb * self.include_cfrc_ext_in_observation
+            ("qpos", m.nq - 2 * self.exclude_current_positions_from_observation),
+            ("qvel", m.nv),
+            ("cinert", 10 * nb * self.include_cinert_in_observation),
+            ("cvel", 6 * nb * self.include_cvel_in_observation),
+            ("qfrc_actuator", (m.nv - 6) * self.include_qfrc_actuator_in_observation),
+            ("cfrc_ext", 6 * nb * self.include_cfrc_ext_in_observation),
         )
 
     @property
@@ -214,13 +213,12 @@ class Ant(MujocoEnv[AntParams]):
         return AntParams()
 
     @property
-    def obs_size(self) -> int:
+    def obs_parts(self) -> tuple[tuple[str, int], ...]:
         m = self.mj_model
         return (
-            m.nq
-            + m.nv
-            - 2 * self.exclude_current_positions_from_observation
-            + 6 * (m.nbody - 1) * self.include_cfrc_ext_in_observation
+            ("qpos", m.nq - 2 * self.exclude_current_positions_from_observation),
+            ("qvel", m.nv),
+            ("cfrc_ext", 6 * (m.nbody - 1) * self.include_cfrc_ext_in_observation),
         )
 
     @property
@@ -277,9 +275,12 @@ class _Planar(MujocoEnv):
     _CLIP_QVEL = False
 
     @property
-    def obs_size(self) -> int:
+    def obs_parts(self) -> tuple[tuple[str, int], ...]:
         m = self.mj_model
-        return m.nq + m.nv - int(self.exclude_current_positions_from_observation)
+        return (
+            ("qpos", m.nq - int(self.exclude_current_positions_from_observation)),
+            ("qvel", m.nv),
+        )
 
     def _obs(self, data: Any, cfrc_ext: jax.Array, params: Any) -> jax.Array:
         del cfrc_ext, params

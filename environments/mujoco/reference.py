@@ -25,7 +25,7 @@ import numpy as np
 
 from environments.mujoco.base import GROUP, MujocoEnv
 
-__all__ = ["compare", "gymnasium_env", "health_margin", "random_states"]
+__all__ = ["compare", "gymnasium_env", "health_margin", "random_states", "summarize"]
 
 _NOT_GYM_OPTIONS = ("xml_file", "model", "max_episode_steps")
 
@@ -114,9 +114,12 @@ def compare(
     ref: Any = None,
 ) -> dict[str, Any]:
     """Steps ``env`` and Gymnasium's reference once from each ``(qpos [N, Q], qvel [N, V])``
-    with ``actions [N, U]``. Returns the largest absolute differences ``obs`` (scaled by
-    ``1 + |reference|``), ``reward_*`` per term, ``reward`` (the sum) and
-    ``terminated_mismatch``, the indices where the flags differ, with
+    with ``actions [N, U]``.
+
+    Returns ``[N]`` arrays of differences: ``obs/<part>`` for each part of the
+    observation (`MujocoEnv.obs_parts`), the largest ``|ours - ref| / (1 + |ref|)`` of its
+    entries; ``reward`` and each ``reward_*`` term, ``|ours - ref|``. Also
+    ``terminated_mismatch``, the indices where the flags differ, and
     ``terminated_mismatch_margin``, the largest `health_margin` of the reference's
     state among them (a flag may differ only where a value sits at a threshold)."""
     import mujoco
@@ -131,21 +134,38 @@ def compare(
         )
     )
     keys = [k for k in extras if k.startswith("reward_")]
-    out: dict[str, Any] = {"obs": 0.0, "reward": 0.0, **{k: 0.0 for k in keys}}
+    n = len(qpos)
+    ref_obs, ref_rew = np.zeros(obs.shape), np.zeros(n)
+    ref_terms = {k: np.zeros(n) for k in keys}
     mismatch, margins = [], []
-    for i in range(len(qpos)):
+    for i in range(n):
         mujoco.mj_resetData(ref.model, ref.data)
         ref.set_state(qpos[i], qvel[i])
-        o, r, t, _, info = ref.step(np.asarray(actions[i], np.float64))
-        out["obs"] = max(out["obs"], float(np.max(np.abs(o - obs[i]) / (1 + np.abs(o)))))
-        ours_r = sum(float(extras[k][i]) for k in keys)
-        out["reward"] = max(out["reward"], abs(r - ours_r))
+        ref_obs[i], ref_rew[i], t, _, info = ref.step(np.asarray(actions[i], np.float64))
         for k in keys:
-            out[k] = max(out[k], abs(float(info[k]) - float(extras[k][i])))
+            ref_terms[k][i] = info[k]
         if bool(t) != bool(term[i]):
             mismatch.append(i)
             margins.append(health_margin(env, params, ref.data.qpos, ref.data.qvel))
+    out: dict[str, Any] = {}
+    rel = np.abs(ref_obs - obs) / (1 + np.abs(ref_obs))
+    at = 0
+    for name, size in env.obs_parts:
+        if size:
+            out[f"obs/{name}"] = rel[:, at : at + size].max(axis=1)
+        at += size
+    out["reward"] = np.abs(ref_rew - sum(extras[k] for k in keys))
+    for k in keys:
+        out[k] = np.abs(ref_terms[k] - extras[k])
     out["terminated_mismatch"] = mismatch
     out["terminated_mismatch_margin"] = max(margins, default=0.0)
-    out["n"] = len(qpos)
     return out
+
+
+def summarize(out: dict[str, Any], quantiles: tuple[float, ...] = (0.5, 0.99, 1.0)) -> dict:
+    """``{name: {q: quantile}}`` of `compare`'s difference arrays (``1.0``: the largest)."""
+    return {
+        k: {q: float(np.quantile(v, q)) for q in quantiles}
+        for k, v in out.items()
+        if isinstance(v, np.ndarray)
+    }
