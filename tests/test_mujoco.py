@@ -21,19 +21,17 @@ import os
 import subprocess
 import sys
 
-import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
 import pytest
+from mujoco import mjx
 
 import jaxdrive
 from environments.mujoco import locomotion
 from environments.mujoco.model import MJX_PRESETS, MjxModelConfig
-from environments.mujoco.reference import compare, gymnasium_env, random_states
+from environments.mujoco.reference import compare, gymnasium_env, one_step, random_states
 from jaxdrive import testing
-
-mjx = pytest.importorskip("mujoco.mjx")
 
 NAMES = ["Hopper", "HalfCheetah", "Walker2d", "Ant", "Humanoid"]
 OBS_SIZES = {"Hopper": 11, "HalfCheetah": 17, "Walker2d": 17, "Ant": 105, "Humanoid": 348}
@@ -42,16 +40,7 @@ OBS_SIZES = {"Hopper": 11, "HalfCheetah": 17, "Walker2d": 17, "Ant": 105, "Human
 @pytest.fixture(scope="module")
 def hopper():
     env = locomotion.Hopper(max_episode_steps=3)
-    ref = gymnasium_env(env)
-    traces = {"n": 0}
-
-    def one(qpos, qvel, action):
-        traces["n"] += 1
-        state = env.state_from(qpos, qvel)
-        state, ts = env.step(jax.random.key(0), state, action[None], env.default_params)
-        return state.data.qpos, ts
-
-    return env, ref, jax.jit(jax.vmap(one)), traces
+    return env, gymnasium_env(env)
 
 
 def _host_step(env, ref, qpos, qvel, action):
@@ -96,7 +85,7 @@ def test_v5_semantics_from_gymnasium_data(name):
 
 def test_hopper_step_matches_gymnasium(hopper):
     """The full MJX step (4 physics steps) from Gymnasium's states, same actions."""
-    env, ref, _, _ = hopper
+    env, ref = hopper
     qpos, qvel = random_states(ref, 8, seed=1)
     actions = np.random.default_rng(2).uniform(-1, 1, (8, 3))
     out = compare(env, qpos, qvel, actions, ref=ref)
@@ -107,19 +96,23 @@ def test_hopper_step_matches_gymnasium(hopper):
 
 
 def test_hopper_deterministic_and_traced_once(hopper):
-    env, ref, step, traces = hopper
-    qpos, qvel = random_states(ref, 3, seed=2)
-    acts = np.random.default_rng(0).uniform(-1, 1, (3, 3)).astype(np.float32)
+    """The compiled step of `test_hopper_step_matches_gymnasium` (same shapes): the same
+    inputs give bitwise the same outputs; new values and params reuse the program."""
+    env, ref = hopper
+    step = one_step(env)
+    qpos, qvel = random_states(ref, 8, seed=2)
+    acts = np.random.default_rng(0).uniform(-1, 1, (8, 3)).astype(np.float32)
     args = (jnp.asarray(qpos, jnp.float32), jnp.asarray(qvel, jnp.float32), jnp.asarray(acts))
-    a = step(*args)
-    b = step(*args)
-    testing.assert_trees_equal(a, b, "two calls with the same inputs")
-    step(args[0] + 1e-3, args[1], -args[2])
-    assert traces["n"] == 1
+    params = env.default_params
+    a = step(*args, params)
+    testing.assert_trees_equal(a, step(*args, params), "two calls with the same inputs")
+    step(args[0] + 1e-3, args[1], -args[2], params.replace(ctrl_cost_weight=0.5))
+    assert step._cache_size() == 1
 
 
+@pytest.mark.slow
 def test_hopper_check_env():
-    """The conformance kit on a Hopper with a 3-step limit."""
+    """The conformance kit on a Hopper with a 3-step limit (several MJX compiles)."""
     env = locomotion.Hopper(max_episode_steps=3)
     report = testing.check_env(env, num_envs=2, num_steps=4)
     assert report["steps"] > 0

@@ -15,6 +15,7 @@ float32 precision; contact onsets (a penetration crossing zero) can amplify that
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import tempfile
 from typing import Any
@@ -25,7 +26,14 @@ import numpy as np
 
 from environments.mujoco.base import GROUP, MujocoEnv
 
-__all__ = ["compare", "gymnasium_env", "health_margin", "random_states", "summarize"]
+__all__ = [
+    "compare",
+    "gymnasium_env",
+    "health_margin",
+    "one_step",
+    "random_states",
+    "summarize",
+]
 
 _NOT_GYM_OPTIONS = ("xml_file", "model", "max_episode_steps")
 
@@ -95,14 +103,18 @@ def health_margin(env: MujocoEnv, params: Any, qpos: np.ndarray, qvel: np.ndarra
     return margin
 
 
-def _ours(env: MujocoEnv, params: Any):
-    @jax.jit
-    def one(qpos, qvel, action):
+@functools.lru_cache(maxsize=8)
+def one_step(env: MujocoEnv) -> Any:
+    """``jit(vmap(f))`` with ``f(qpos [Q], qvel [V], action [U], params) -> (obs [O],
+    extras, terminated [])``: ``env``'s step from `MujocoEnv.state_from` (one compiled
+    program per env, shared by every caller)."""
+
+    def one(qpos, qvel, action, params):
         state = env.state_from(qpos, qvel)
         _, ts = env.step(jax.random.key(0), state, action[None], params)
         return ts.obs[GROUP][0], ts.extras, ts.terminated[GROUP][0]
 
-    return jax.vmap(one)
+    return jax.jit(jax.vmap(one, in_axes=(0, 0, 0, None)))
 
 
 def compare(
@@ -127,10 +139,11 @@ def compare(
     params = env.default_params if params is None else params
     ref = gymnasium_env(env, params) if ref is None else ref
     obs, extras, term = jax.device_get(
-        _ours(env, params)(
+        one_step(env)(
             jnp.asarray(qpos, jnp.float32),
             jnp.asarray(qvel, jnp.float32),
             jnp.asarray(actions, jnp.float32),
+            params,
         )
     )
     keys = [k for k in extras if k.startswith("reward_")]
