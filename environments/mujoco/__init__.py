@@ -34,21 +34,20 @@ __all__ = [
     "Walker2d",
 ]
 
-_LAZY = {
-    "Ant": "environments.mujoco.locomotion",
-    "HalfCheetah": "environments.mujoco.locomotion",
-    "Hopper": "environments.mujoco.locomotion",
-    "Humanoid": "environments.mujoco.locomotion",
-    "Walker2d": "environments.mujoco.locomotion",
-    "MaMuJoCo": "environments.mujoco.mamujoco",
-    "MjxModelConfig": "environments.mujoco.model",
+_MODULES = {
+    "environments.mujoco.locomotion": ("Ant", "HalfCheetah", "Hopper", "Humanoid", "Walker2d"),
+    "environments.mujoco.mamujoco": ("MaMuJoCo",),
+    "environments.mujoco.model": ("MjxModelConfig",),
 }
+_LAZY = {name: module for module, names in _MODULES.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """Imports the module defining ``name`` on first access."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 def __dir__() -> list[str]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -59,26 +59,34 @@ class MujocoState(EnvState):
 ParamsT = TypeVar("ParamsT", bound=MujocoParams)
 
 
+@dataclasses.dataclass(frozen=True, repr=False)
 class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
     """Base of the single-agent MJX envs: one group ``"agent"`` of one agent.
 
-    Subclasses are frozen dataclasses with the fields ``xml_file``, ``frame_skip``,
-    ``model``, ``max_episode_steps`` and ``exclude_current_positions_from_observation``,
+    Subclasses are frozen dataclasses (more options, their own ``frame_skip`` default)
     and set the class attributes ``_ENV`` (the `MJX_PRESETS` key), ``_XML`` (Gymnasium's
     file name) and ``_NORMAL_QVEL_NOISE`` (reset ``qvel`` noise Gaussian, else uniform).
-    They implement `_obs`, `_forward_position`, `_terms` and `_healthy`.
+    They implement `obs_parts`, `_obs`, `_forward_position`, `_terms` and `_healthy`.
+
+    Args:
+      xml_file: a model file to load instead of Gymnasium's (the ``model`` edits apply).
+      frame_skip: physics steps per env step.
+      model: ``"mjx"`` (`MJX_PRESETS`), ``"gymnasium"`` (as shipped) or a `MjxModelConfig`.
+      max_episode_steps: the time limit (truncation).
+      exclude_current_positions_from_observation: drop the root's x (and y for a free
+        root) from the observation.
     """
 
-    _ENV: str = ""
-    _XML: str = ""
-    _NORMAL_QVEL_NOISE: bool = False
-    _USES_CFRC_EXT: bool = False
+    _ENV: ClassVar[str] = ""
+    _XML: ClassVar[str] = ""
+    _NORMAL_QVEL_NOISE: ClassVar[bool] = False
+    _USES_CFRC_EXT: ClassVar[bool] = False
 
-    xml_file: str | None
-    frame_skip: int
-    model: str | MjxModelConfig
-    max_episode_steps: int
-    exclude_current_positions_from_observation: bool
+    xml_file: str | None = None
+    frame_skip: int = 5
+    model: str | MjxModelConfig = "mjx"
+    max_episode_steps: int = 1000
+    exclude_current_positions_from_observation: bool = True
 
     # ----- construction ------------------------------------------------------------------
     def __post_init__(self) -> None:

@@ -22,7 +22,6 @@ import jax.numpy as jnp
 from flax import struct
 
 from environments.mujoco.base import MujocoEnv, MujocoParams
-from environments.mujoco.model import MjxModelConfig
 
 __all__ = [
     "Ant",
@@ -47,6 +46,26 @@ def _in_open(x: jax.Array, rng: tuple[Any, Any]) -> jax.Array:
 
 def _ctrl_cost(action: jax.Array, weight: Any) -> jax.Array:
     return weight * jnp.sum(jnp.square(action))
+
+
+_XY_KEYS = ("x_position", "y_position", "distance_from_origin", "x_velocity", "y_velocity")
+
+
+def _xy_values(data: Any, velocity: jax.Array) -> dict[str, jax.Array]:
+    """v5's position/velocity ``info`` of a free-root robot (`_XY_KEYS`)."""
+    return {
+        "x_position": data.qpos[0],
+        "y_position": data.qpos[1],
+        "distance_from_origin": jnp.linalg.norm(data.qpos[:2]),
+        "x_velocity": velocity[0],
+        "y_velocity": velocity[1],
+    }
+
+
+def _root_state(env: MujocoEnv, data: Any) -> list[jax.Array]:
+    """``[qpos[2:] (or qpos), qvel]``: the first observation parts of a free-root robot."""
+    drop = env.exclude_current_positions_from_observation
+    return [data.qpos[2:] if drop else data.qpos, data.qvel]
 
 
 # ----- Humanoid ----------------------------------------------------------------------------
@@ -80,11 +99,6 @@ class Humanoid(MujocoEnv[HumanoidParams]):
     _XML = "humanoid.xml"
     _USES_CFRC_EXT = True
 
-    xml_file: str | None = None
-    frame_skip: int = 5
-    model: str | MjxModelConfig = "mjx"
-    max_episode_steps: int = 1000
-    exclude_current_positions_from_observation: bool = True
     include_cinert_in_observation: bool = True
     include_cvel_in_observation: bool = True
     include_qfrc_actuator_in_observation: bool = True
@@ -109,21 +123,10 @@ class Humanoid(MujocoEnv[HumanoidParams]):
 
     @property
     def extras_keys(self) -> tuple[str, ...]:
-        return (
-            "reward_survive",
-            "reward_forward",
-            "reward_ctrl",
-            "reward_contact",
-            "x_position",
-            "y_position",
-            "distance_from_origin",
-            "x_velocity",
-            "y_velocity",
-        )
+        return ("reward_survive", "reward_forward", "reward_ctrl", "reward_contact", *_XY_KEYS)
 
     def _obs(self, data: Any, cfrc_ext: jax.Array, params: Any) -> jax.Array:
-        qpos = data.qpos[2:] if self.exclude_current_positions_from_observation else data.qpos
-        parts = [qpos, data.qvel]
+        parts = _root_state(self, data)
         if self.include_cinert_in_observation:
             parts.append(data._impl.cinert[1:].ravel())
         if self.include_cvel_in_observation:
@@ -149,11 +152,7 @@ class Humanoid(MujocoEnv[HumanoidParams]):
             "reward_forward": params.forward_reward_weight * velocity[0],
             "reward_ctrl": -_ctrl_cost(action, params.ctrl_cost_weight),
             "reward_contact": -contact,
-            "x_position": data.qpos[0],
-            "y_position": data.qpos[1],
-            "distance_from_origin": jnp.linalg.norm(data.qpos[:2]),
-            "x_velocity": velocity[0],
-            "y_velocity": velocity[1],
+            **_xy_values(data, velocity),
         }
 
 
@@ -189,11 +188,6 @@ class Ant(MujocoEnv[AntParams]):
     _NORMAL_QVEL_NOISE = True
     _USES_CFRC_EXT = True
 
-    xml_file: str | None = None
-    frame_skip: int = 5
-    model: str | MjxModelConfig = "mjx"
-    max_episode_steps: int = 1000
-    exclude_current_positions_from_observation: bool = True
     include_cfrc_ext_in_observation: bool = True
     main_body: int | str = 1
 
@@ -223,21 +217,10 @@ class Ant(MujocoEnv[AntParams]):
 
     @property
     def extras_keys(self) -> tuple[str, ...]:
-        return (
-            "reward_forward",
-            "reward_ctrl",
-            "reward_contact",
-            "reward_survive",
-            "x_position",
-            "y_position",
-            "distance_from_origin",
-            "x_velocity",
-            "y_velocity",
-        )
+        return ("reward_forward", "reward_ctrl", "reward_contact", "reward_survive", *_XY_KEYS)
 
     def _obs(self, data: Any, cfrc_ext: jax.Array, params: Any) -> jax.Array:
-        qpos = data.qpos[2:] if self.exclude_current_positions_from_observation else data.qpos
-        parts = [qpos, data.qvel]
+        parts = _root_state(self, data)
         if self.include_cfrc_ext_in_observation:
             parts.append(jnp.clip(cfrc_ext[1:], *params.contact_force_range).ravel())
         return jnp.concatenate(parts).astype(jnp.float32)
@@ -257,11 +240,7 @@ class Ant(MujocoEnv[AntParams]):
             "reward_ctrl": -_ctrl_cost(action, params.ctrl_cost_weight),
             "reward_contact": -params.contact_cost_weight * jnp.sum(jnp.square(forces)),
             "reward_survive": healthy * jnp.float32(params.healthy_reward),
-            "x_position": data.qpos[0],
-            "y_position": data.qpos[1],
-            "distance_from_origin": jnp.linalg.norm(data.qpos[:2]),
-            "x_velocity": velocity[0],
-            "y_velocity": velocity[1],
+            **_xy_values(data, velocity),
         }
 
 
@@ -329,12 +308,6 @@ class HalfCheetah(_Planar):
     _XML = "half_cheetah.xml"
     _NORMAL_QVEL_NOISE = True
 
-    xml_file: str | None = None
-    frame_skip: int = 5
-    model: str | MjxModelConfig = "mjx"
-    max_episode_steps: int = 1000
-    exclude_current_positions_from_observation: bool = True
-
     @property
     def default_params(self) -> HalfCheetahParams:
         return HalfCheetahParams()
@@ -365,11 +338,7 @@ class Hopper(_Planar):
     _XML = "hopper.xml"
     _CLIP_QVEL = True
 
-    xml_file: str | None = None
     frame_skip: int = 4
-    model: str | MjxModelConfig = "mjx"
-    max_episode_steps: int = 1000
-    exclude_current_positions_from_observation: bool = True
 
     @property
     def default_params(self) -> HopperParams:
@@ -407,11 +376,7 @@ class Walker2d(_Planar):
     _XML = "walker2d_v5.xml"
     _CLIP_QVEL = True
 
-    xml_file: str | None = None
     frame_skip: int = 4
-    model: str | MjxModelConfig = "mjx"
-    max_episode_steps: int = 1000
-    exclude_current_positions_from_observation: bool = True
 
     @property
     def default_params(self) -> Walker2dParams:
