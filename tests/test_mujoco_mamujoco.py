@@ -18,6 +18,7 @@ from mujoco import mjx
 import jaxdrive
 from environments.mujoco.base import MujocoState
 from environments.mujoco.mamujoco import PARTITIONS, MaMuJoCo
+from environments.mujoco.reference import quiet_mujoco_warnings
 
 mamujoco_v1 = pytest.importorskip("gymnasium_robotics").mamujoco_v1
 
@@ -31,7 +32,8 @@ REGISTERED = {
 
 
 def _reference(scenario, conf, steps=4, seed=0):
-    ref = mamujoco_v1.parallel_env(scenario, conf, agent_obsk=1)
+    with quiet_mujoco_warnings():
+        ref = mamujoco_v1.parallel_env(scenario, conf, agent_obsk=1)
     ref.reset(seed=seed)
     for _ in range(steps):
         ref.step({a: ref.action_space(a).sample() for a in ref.possible_agents})

@@ -14,10 +14,13 @@ float32 precision; contact onsets (a penetration crossing zero) can amplify that
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
 import tempfile
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -31,11 +34,29 @@ __all__ = [
     "gymnasium_env",
     "health_margin",
     "one_step",
+    "quiet_mujoco_warnings",
     "random_states",
     "summarize",
 ]
 
 _NOT_GYM_OPTIONS = ("xml_file", "model", "max_episode_steps")
+
+
+@contextlib.contextmanager
+def quiet_mujoco_warnings() -> Iterator[None]:
+    """MuJoCo's C warnings become Python warnings (not lines of a ``MUJOCO_LOG.TXT`` in
+    the working folder) while inside; half_cheetah.xml's deprecated ``settotalmass``,
+    which still works, is ignored."""
+    import mujoco
+
+    previous = mujoco.get_mju_user_warning()
+    mujoco.set_mju_user_warning(lambda msg: warnings.warn(f"MuJoCo: {msg}", stacklevel=1))
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*settotalmass.*")
+            yield
+    finally:
+        mujoco.set_mju_user_warning(previous)
 
 
 def gymnasium_env(env: MujocoEnv, params: Any = None) -> Any:
@@ -56,7 +77,8 @@ def gymnasium_env(env: MujocoEnv, params: Any = None) -> Any:
     with tempfile.NamedTemporaryFile("w", suffix=".xml", delete=False) as f:
         f.write(env.model_xml())
     try:
-        ref = gymnasium.make(f"{env.name}-v5", xml_file=f.name, **kwargs).unwrapped
+        with quiet_mujoco_warnings():
+            ref = gymnasium.make(f"{env.name}-v5", xml_file=f.name, **kwargs).unwrapped
     finally:
         os.unlink(f.name)
     ref.reset(seed=0)
