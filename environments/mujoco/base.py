@@ -65,7 +65,8 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
 
     Subclasses are frozen dataclasses (more options, their own ``frame_skip`` default)
     and set the class attributes ``_ENV`` (the `MJX_PRESETS` key), ``_XML`` (Gymnasium's
-    file name) and ``_NORMAL_QVEL_NOISE`` (reset ``qvel`` noise Gaussian, else uniform).
+    file name), ``_NORMAL_QVEL_NOISE`` (reset ``qvel`` noise Gaussian, else uniform) and
+    ``_USES_CFRC_EXT`` (compute ``cfrc_ext`` after each step, else keep zeros).
     They implement `obs_parts`, `_obs`, `_forward_position`, `_terms` and `_healthy`.
 
     Args:
