@@ -466,17 +466,12 @@ def evaluate_policy(
 # ----- animation --------------------------------------------------------------------------
 def find_renderer(env: Any) -> Any | None:
     """``render(env, state, params) -> uint8 [H, W, 3]`` from the ``render`` module of the
-    env's package (``environments/<env>/render.py``), or ``None`` when it has none or
-    its ``unavailable_reason()`` says it cannot draw here (logged)."""
+    env's package (``environments/<env>/render.py``), or ``None`` when it has none."""
     base = getattr(env, "unwrapped", env)
     package = type(base).__module__.rsplit(".", 1)[0]
     try:
         module = importlib.import_module(f"{package}.render")
     except ImportError:
-        return None
-    why = getattr(module, "unavailable_reason", lambda: None)()
-    if why:  # e.g. MuJoCo's renderer without an OpenGL context
-        logging.info("%s: skipping the animation", why)
         return None
     return getattr(module, "render", None)
 

@@ -162,7 +162,8 @@ def test_mjx_model_edits():
 
 
 def test_render_in_a_subprocess(tmp_path):
-    """One frame of a Hopper state with MuJoCo's renderer (EGL), or a one-line reason."""
+    """One frame of a Hopper state with MuJoCo's renderer (EGL) directly and through the
+    run folder's hook (`make_renderer`), or a one-line reason why it cannot draw here."""
     code = (
         "import numpy as np, types\n"
         "from environments.mujoco import locomotion, render\n"
@@ -174,6 +175,7 @@ def test_render_in_a_subprocess(tmp_path):
         "state = types.SimpleNamespace(data=data)\n"
         "img = render.render(env, state, height=48, width=64)\n"
         "assert img.shape == (48, 64, 3) and img.dtype == np.uint8 and img.std() > 0\n"
+        "assert render.make_renderer(env)(state).shape == (240, 320, 3)\n"
         "print('OK')\n"
     )
     env = dict(os.environ, MUJOCO_GL="egl", JAX_PLATFORMS="cpu")

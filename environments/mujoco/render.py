@@ -2,9 +2,10 @@
 
 MuJoCo draws with OpenGL; it picks its context type from the ``MUJOCO_GL``
 environment variable when ``mujoco`` is first imported: ``MUJOCO_GL=egl`` renders
-headless on a GPU machine (or with Mesa's EGL). Where no context can be made,
-`unavailable_reason` says why and the run-folder animation is skipped with that note
-(``experiments.common.find_renderer``).
+headless on a GPU machine (or with Mesa's EGL). `make_renderer` is the run folder's
+animation hook (``experiments.common.find_renderer``): where no context can be made
+it logs `unavailable_reason` in one line and returns ``None``, and the animation is
+skipped.
 
 Example::
 
@@ -14,11 +15,13 @@ Example::
 from __future__ import annotations
 
 import functools
+import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["render", "unavailable_reason"]
+__all__ = ["make_renderer", "render", "unavailable_reason"]
 
 _PROBE_XML = "<mujoco><worldbody><geom size='1'/></worldbody></mujoco>"
 
@@ -72,3 +75,13 @@ def render(
     camera = "track" if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, "track") >= 0 else -1
     renderer.update_scene(data, camera=camera)
     return np.asarray(renderer.render(), np.uint8)
+
+
+def make_renderer(env: Any, params: Any = None) -> Callable[[Any], np.ndarray] | None:
+    """``draw(state) -> [H, W, 3]`` uint8 for one env's states (`render`), or ``None``
+    with a one-line log where MuJoCo cannot make an OpenGL context."""
+    why = unavailable_reason()
+    if why:
+        logging.info("no MuJoCo animation: %s", why)
+        return None
+    return lambda state: render(env, state, params)
