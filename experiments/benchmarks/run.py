@@ -87,6 +87,7 @@ flags.DEFINE_list(
 flags.DEFINE_integer("tag_learning_steps", 100_000_000, "env steps of the Tag learning runs")
 flags.DEFINE_list("locomotion_envs", ["1024", "4096", "16384"], "env counts of --suite=locomotion")
 flags.DEFINE_integer("parity_states", 10_000, "states per env of --suite=mujoco_parity")
+flags.DEFINE_enum("parity_model", "mjx", ["mjx", "gymnasium"], "model of --suite=mujoco_parity")
 flags.DEFINE_string("compare", "", "anchor JSON lines to compare with (comma-separated globs)")
 
 # (num_envs, taggers, runners, full_obs, k)
@@ -417,7 +418,7 @@ def _run() -> None:
             sizes = tuple(int(n) for n in FLAGS.locomotion_envs)
             records += locomotion.run_locomotion_suite(sizes, FLAGS.num_steps, FLAGS.repeats)
         else:
-            records += locomotion.run_parity_suite(FLAGS.parity_states)
+            records += locomotion.run_parity_suite(FLAGS.parity_states, FLAGS.parity_model)
     if FLAGS.compare:
         print("\nratios against anchors:")
         for line in compare(records, anchors):
