@@ -43,6 +43,7 @@ from jaxdrive.types import TimeStep
 __all__ = [
     "PARTITIONS",
     "MaMuJoCo",
+    "agent_indices",
     "ant_2x4",
     "ant_4x2",
     "half_cheetah_6x1",
