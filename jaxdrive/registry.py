@@ -47,6 +47,17 @@ _REGISTRY: dict[str, str | EnvFactory] = {
     ),
     "MPE_simple_world_comm_v3": "environments.mpe.simple_world_comm:SimpleWorldComm",
     "MPE_simple_crypto_v3": "environments.mpe.simple_crypto:SimpleCrypto",
+    # MuJoCo MJX locomotion (Gymnasium v5 semantics) and MaMuJoCo partitions.
+    "Humanoid-v5": "environments.mujoco.locomotion:Humanoid",
+    "Ant-v5": "environments.mujoco.locomotion:Ant",
+    "HalfCheetah-v5": "environments.mujoco.locomotion:HalfCheetah",
+    "Hopper-v5": "environments.mujoco.locomotion:Hopper",
+    "Walker2d-v5": "environments.mujoco.locomotion:Walker2d",
+    "MaMuJoCo-Ant-2x4": "environments.mujoco.mamujoco:ant_2x4",
+    "MaMuJoCo-Ant-4x2": "environments.mujoco.mamujoco:ant_4x2",
+    "MaMuJoCo-HalfCheetah-6x1": "environments.mujoco.mamujoco:half_cheetah_6x1",
+    "MaMuJoCo-Humanoid-9|8": "environments.mujoco.mamujoco:humanoid_9_8",
+    "MaMuJoCo-Walker2d-2x3": "environments.mujoco.mamujoco:walker2d_2x3",
 }
 
 

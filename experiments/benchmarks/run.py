@@ -23,6 +23,9 @@ Suites:
            (`experiments.benchmarks.adapters`).
   recurrent  PPO throughput with GRU policies beside feed-forward ones: Tag 1000 envs ×
            (10+100), CartPole 10,000 envs (`experiments.benchmarks.recurrent`).
+  locomotion     MJX Humanoid-v5/Ant-v5 env-only stepping at ``--locomotion_envs`` beside
+           raw ``vmap(mjx.step)`` and Brax's MJX envs (`experiments.benchmarks.locomotion`).
+  mujoco_parity  ``--parity_states`` one-step comparisons per MJX env with Gymnasium v5.
 
 Prints a table and appends one JSON line per measurement to ``--out`` (checked before
 any work; the file is rewritten atomically). A bad ``--out`` or ``--compare`` and any
@@ -58,7 +61,7 @@ __all__ = [
 FLAGS = flags.FLAGS
 SUITES = (
     "quick", "env", "env_big", "classic", "train", "learning", "scaling", "marl_learning",
-    "adapters", "recurrent",
+    "adapters", "recurrent", "locomotion", "mujoco_parity",
 )  # fmt: skip
 MPE_SUITES = ("mpe", "mpe_quick", "mpe_learning", "mpe_parity")  # experiments.benchmarks.mpe
 BACKENDS = ("auto", "xla", "pallas")
@@ -94,6 +97,9 @@ flags.DEFINE_list(
     "runs of --suite=learning (also: ppo_cartpole_bf16, ppo_tag_bf16: mixed precision)",
 )
 flags.DEFINE_integer("tag_learning_steps", 100_000_000, "env steps of the Tag learning runs")
+flags.DEFINE_list("locomotion_envs", ["1024", "4096", "16384"], "env counts of --suite=locomotion")
+flags.DEFINE_integer("parity_states", 10_000, "states per env of --suite=mujoco_parity")
+flags.DEFINE_enum("parity_model", "mjx", ["mjx", "gymnasium"], "model of --suite=mujoco_parity")
 flags.DEFINE_string("compare", "", "anchor JSON lines to compare with (comma-separated globs)")
 
 # (num_envs, taggers, runners, full_obs, k)
@@ -433,6 +439,14 @@ def _run() -> None:
         from experiments.benchmarks.recurrent import run_recurrent_suite
 
         records += run_recurrent_suite(FLAGS.train_iterations, FLAGS.repeats)
+    if FLAGS.suite in ("locomotion", "mujoco_parity"):
+        from experiments.benchmarks import locomotion
+
+        if FLAGS.suite == "locomotion":
+            sizes = tuple(int(n) for n in FLAGS.locomotion_envs)
+            records += locomotion.run_locomotion_suite(sizes, FLAGS.num_steps, FLAGS.repeats)
+        else:
+            records += locomotion.run_parity_suite(FLAGS.parity_states, FLAGS.parity_model)
     if FLAGS.compare:
         print("\nratios against anchors:")
         for line in compare(records, anchors):

@@ -1,0 +1,189 @@
+"""MJX locomotion envs against Gymnasium's v5 envs (CPU MuJoCo, float64), on the same
+model file (the edited model written to XML for Gymnasium's ``xml_file``).
+
+MJX compiles slowly on a CPU, so only Hopper's full MJX step is compiled here (one
+program, vmapped over a few states, shared by the parity, determinism and no-retrace
+checks, and by `check_env`). The other envs' v5 semantics (observation layout, reward
+terms, health test) are checked without compiling their physics: Gymnasium steps, its
+MuJoCo data is put on the device (`mjx.put_data`) and our observation and reward
+functions read it. Their full MJX step over 10^4 random transitions is the
+``--suite=mujoco_parity`` benchmark.
+
+Tolerances: float32 rounding of float64 values (relative 1e-5) for everything read
+from the same data; Hopper's full step agrees to 1e-4 (float32 physics, no contact
+chaos in one step from these states).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pytest
+from mujoco import mjx
+
+import jaxdrive
+from environments.mujoco import locomotion
+from environments.mujoco.model import MJX_PRESETS, MjxModelConfig
+from environments.mujoco.reference import compare, gymnasium_env, one_step, random_states
+from jaxdrive import testing
+
+NAMES = ["Hopper", "HalfCheetah", "Walker2d", "Ant", "Humanoid"]
+OBS_SIZES = {"Hopper": 11, "HalfCheetah": 17, "Walker2d": 17, "Ant": 105, "Humanoid": 348}
+
+
+@pytest.fixture(scope="module")
+def hopper():
+    env = locomotion.Hopper(max_episode_steps=3)
+    return env, gymnasium_env(env)
+
+
+def _host_step(env, ref, qpos, qvel, action):
+    """Gymnasium's step from ``(qpos, qvel)``; returns its outputs and the MJX data of
+    the states before and after (float32 on the device), and its ``cfrc_ext``."""
+    mujoco.mj_resetData(ref.model, ref.data)
+    ref.set_state(qpos, qvel)
+    before = mjx.put_data(ref.model, ref.data)
+    out = ref.step(action)
+    after = mjx.put_data(ref.model, ref.data)
+    return out, before, after, jnp.asarray(ref.data.cfrc_ext, jnp.float32)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_v5_semantics_from_gymnasium_data(name):
+    """Observation, each reward term, the reward and termination computed from
+    Gymnasium's own post-step data equal its values (float32 rounding)."""
+    env = getattr(locomotion, name)()
+    params = env.default_params
+    ref = gymnasium_env(env)
+    qpos, qvel = random_states(ref, 6, seed=3)
+    rng = np.random.default_rng(0)
+    assert env.obs_size == OBS_SIZES[name] == ref.observation_space.shape[0]
+    for i in range(len(qpos)):
+        action = rng.uniform(ref.action_space.low, ref.action_space.high)
+        (obs, reward, term, _, info), before, after, cfrc = _host_step(
+            env, ref, qpos[i], qvel[i], action
+        )
+        velocity = (env._forward_position(after) - env._forward_position(before)) / env.dt
+        healthy = env._healthy(after, params)
+        a = jnp.asarray(action, jnp.float32)
+        terms = env._terms(velocity, healthy, after, cfrc, a, params)
+        ours = np.asarray(env._obs(after, cfrc, params))
+        np.testing.assert_allclose(ours, obs, rtol=1e-5, atol=1e-5)
+        keys = [k for k in terms if k.startswith("reward_")]
+        assert sorted(keys) == sorted(k for k in info if k.startswith("reward_"))
+        for k in keys:
+            np.testing.assert_allclose(float(terms[k]), info[k], rtol=1e-5, atol=1e-5, err_msg=k)
+        np.testing.assert_allclose(sum(float(terms[k]) for k in keys), reward, atol=1e-4)
+        assert bool(env._terminated(healthy, params)) == term
+
+
+def test_hopper_step_matches_gymnasium(hopper):
+    """The full MJX step (4 physics steps) from Gymnasium's states, same actions."""
+    env, ref = hopper
+    qpos, qvel = random_states(ref, 8, seed=1)
+    actions = np.random.default_rng(2).uniform(-1, 1, (8, 3))
+    out = compare(env, qpos, qvel, actions, ref=ref)
+    for k, v in out.items():
+        if isinstance(v, np.ndarray):
+            assert v.max() < 1e-4, (k, v)
+    assert out["terminated_mismatch"] == []
+
+
+def test_hopper_deterministic_and_traced_once(hopper):
+    """The compiled step of `test_hopper_step_matches_gymnasium` (same shapes): the same
+    inputs give bitwise the same outputs; new values and params reuse the program."""
+    env, ref = hopper
+    step = one_step(env)
+    qpos, qvel = random_states(ref, 8, seed=2)
+    acts = np.random.default_rng(0).uniform(-1, 1, (8, 3)).astype(np.float32)
+    args = (jnp.asarray(qpos, jnp.float32), jnp.asarray(qvel, jnp.float32), jnp.asarray(acts))
+    params = env.default_params
+    a = step(*args, params)
+    testing.assert_trees_equal(a, step(*args, params), "two calls with the same inputs")
+    step(args[0] + 1e-3, args[1], -args[2], params.replace(ctrl_cost_weight=0.5))
+    assert step._cache_size() == 1
+
+
+@pytest.mark.slow
+def test_hopper_check_env():
+    """The conformance kit on a Hopper with a 3-step limit (several MJX compiles)."""
+    env = locomotion.Hopper(max_episode_steps=3)
+    report = testing.check_env(env, num_envs=2, num_steps=4)
+    assert report["steps"] > 0
+
+
+def test_make_options_and_params():
+    env, params = jaxdrive.make("Hopper-v5", ctrl_cost_weight=0.5, healthy_z_range=(0.5, 2.0))
+    assert params.ctrl_cost_weight == 0.5 and params.healthy_z_range == (0.5, 2.0)
+    assert env.model_config == MJX_PRESETS["Hopper"]
+    assert env.obs_size == 11 and env.episode_length == 1000 and env.frame_skip == 4
+    env, _ = jaxdrive.make("Humanoid-v5", include_cfrc_ext_in_observation=False, model="gymnasium")
+    assert env.obs_size == 348 - 78 and env.model_config == MjxModelConfig()
+    assert env.mj_model.opt.solver == mujoco.mjtSolver.mjSOL_NEWTON  # the XML's PGS
+    env, _ = jaxdrive.make("Ant-v5", exclude_current_positions_from_observation=False)
+    assert env.obs_size == 107
+    with pytest.raises(ValueError, match="healthy_z_range"):
+        jaxdrive.make("Hopper-v5", healthy_z_range=(2.0, 1.0))
+    with pytest.raises(ValueError, match="ctrl_cost_weight"):
+        jaxdrive.make("Hopper-v5", ctrl_cost_weight=float("nan"))
+    with pytest.raises(ValueError, match="model must be"):
+        locomotion.Hopper(model="fast")
+    with pytest.raises(ValueError, match="contact_geoms names geoms the model lacks"):
+        locomotion.Hopper(model=MjxModelConfig(contact_geoms=("nose",)))
+    with pytest.raises(ValueError, match="frame_skip"):
+        locomotion.Hopper(frame_skip=0)
+
+
+def test_mjx_model_edits():
+    """The "mjx" preset: only its geoms collide, each only with the floor; solver,
+    iterations and integrator as listed; Gymnasium loads the same edited XML."""
+    env = locomotion.Humanoid()
+    m = env.mj_model
+    cfg = MJX_PRESETS["Humanoid"]
+    names = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_GEOM, i) for i in range(m.ngeom)]
+    colliding = {n for n, t in zip(names, m.geom_contype, strict=True) if t}
+    assert colliding == {"floor", *cfg.contact_geoms}
+    assert m.opt.iterations == 1 and m.opt.ls_iterations == 4
+    assert m.opt.integrator == mujoco.mjtIntegrator.mjINT_EULER
+    assert m.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_EULERDAMP
+    ref = gymnasium_env(env)
+    np.testing.assert_array_equal(ref.model.geom_contype, m.geom_contype)
+    np.testing.assert_array_equal(ref.model.geom_conaffinity, m.geom_conaffinity)
+    assert ref.model.opt.iterations == 1
+    shipped = locomotion.Humanoid(model="gymnasium").mj_model
+    assert shipped.opt.integrator == mujoco.mjtIntegrator.mjINT_RK4
+    assert dataclasses.replace(cfg, iterations=3) != cfg  # hashable, comparable configs
+
+
+def test_render_in_a_subprocess(tmp_path):
+    """One frame of a Hopper state with MuJoCo's renderer (EGL) directly and through the
+    run folder's hook (`make_renderer`), or a one-line reason why it cannot draw here."""
+    code = (
+        "import numpy as np, types\n"
+        "from environments.mujoco import locomotion, render\n"
+        "why = render.unavailable_reason()\n"
+        "if why: print('SKIP', why); raise SystemExit(0)\n"
+        "env = locomotion.Hopper()\n"
+        "m = env.mj_model\n"
+        "data = types.SimpleNamespace(qpos=m.qpos0, qvel=np.zeros(m.nv))\n"
+        "state = types.SimpleNamespace(data=data)\n"
+        "img = render.render(env, state, height=48, width=64)\n"
+        "assert img.shape == (48, 64, 3) and img.dtype == np.uint8 and img.std() > 0\n"
+        "assert render.make_renderer(env)(state).shape == (240, 320, 3)\n"
+        "print('OK')\n"
+    )
+    env = dict(os.environ, MUJOCO_GL="egl", JAX_PLATFORMS="cpu")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    if "SKIP" in proc.stdout:
+        pytest.skip(proc.stdout.strip().splitlines()[-1])
+    assert "OK" in proc.stdout
