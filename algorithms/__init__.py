@@ -1,4 +1,4 @@
-"""Algorithms: PPO (with a MAPPO option), A2C and DDPG, each with
+"""Algorithms: PPO (with a MAPPO option), A2C, DDPG, TD3 and SAC, each with
 ``make_train(config, env, env_params) -> jaxdrive.training.Trainer``.
 
 `make_train` here dispatches on ``config.algorithm``; modules load lazily.
@@ -15,6 +15,8 @@ ALGORITHMS = {
     "ppo": "algorithms.ppo",
     "a2c": "algorithms.a2c",
     "ddpg": "algorithms.ddpg",
+    "td3": "algorithms.td3",
+    "sac": "algorithms.sac",
 }
 
 

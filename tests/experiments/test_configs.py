@@ -239,8 +239,8 @@ def test_base_config_is_complete_and_checked():
     }
     assert c.run.to_dict() == cfg.RUN_DEFAULTS
     assert cfg.base_config("ddpg", "Pendulum-v1").run.iterations_per_chunk == 100
-    with pytest.raises(ValueError, match="unknown algorithm 'sac'"):
-        cfg.base_config("sac", "CartPole-v1")
+    with pytest.raises(ValueError, match="unknown algorithm 'sarsa'"):
+        cfg.base_config("sarsa", "CartPole-v1")
 
 
 def test_config_to_dict_is_plain_json():
