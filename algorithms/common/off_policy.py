@@ -68,6 +68,7 @@ __all__ = [
     "make_off_policy_trainer",
     "optimizer",
     "policy_batch",
+    "scaled_rewards",
     "to_env_action",
 ]
 
@@ -260,6 +261,11 @@ def policy_batch(traj: dict[str, Any], p: OffPolicy) -> rb.Transition:
         terminated=cat("terminated"),
         active=cat("active"),
     )
+
+
+def scaled_rewards(batch: rb.Transition, scale: float) -> rb.Transition:
+    """``batch`` with its rewards times ``scale`` (``batch`` itself for 1)."""
+    return batch if scale == 1.0 else batch.replace(reward=batch.reward * scale)
 
 
 # ----------------------------------------------------------------------------------------

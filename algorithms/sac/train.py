@@ -75,6 +75,7 @@ ALGO_DEFAULTS: dict[str, Any] = {
     "learning_starts": 1_000,  # env steps of uniform random actions before learning
     "updates_per_iteration": 1,  # gradient steps per iteration
     "max_grad_norm": 0.0,  # global-norm gradient clipping (0: off)
+    "reward_scale": 1.0,  # rewards multiplied by this in learning (Brax's reward_scaling)
     "alpha_init": 1.0,  # initial temperature α
     "autotune": True,  # learn log α towards the target entropy (False: α fixed)
     "target_entropy": None,  # H̄ (nats); None: −D, the negated action size
@@ -106,6 +107,7 @@ SAC_RULES: dict[str, Rule] = {
     "learning_starts": integer(0),
     "updates_per_iteration": integer(1),
     "max_grad_norm": _grad_norm_rule,
+    "reward_scale": number(0.0, lo_open=True),
     "alpha_init": number(0.0, lo_open=True),
     "autotune": flag,
     "target_entropy": _entropy_rule,
@@ -207,7 +209,7 @@ def _gradient_step(p: op.OffPolicy, ps: PolicyState, buf: rb.ReplayBuffer, key: 
     nets, hp = p.nets, p.hp
     dist, q = functools.partial(_dist, p), functools.partial(_q, p)
     k_batch, k_next, k_pi = jax.random.split(key, 3)
-    batch = rb.sample(buf, k_batch, hp["batch_size"])
+    batch = op.scaled_rewards(rb.sample(buf, k_batch, hp["batch_size"]), hp["reward_scale"])
     alpha = jnp.exp(ps.log_alpha)
     (c_loss, q_mean), c_grads = jax.value_and_grad(losses.critic_loss, has_aux=True)(
         ps.critic, ps.target_critic, ps.actor, alpha, batch, k_next, hp["gamma"], dist, q

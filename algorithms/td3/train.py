@@ -67,6 +67,7 @@ ALGO_DEFAULTS: dict[str, Any] = {
     "policy_delay": 2,  # critic steps per actor (and target) step
     "target_noise": 0.2,  # std of the target policy smoothing noise (normalised units)
     "noise_clip": 0.5,  # its clip
+    "reward_scale": 1.0,  # rewards multiplied by this in learning (Brax's reward_scaling)
 }
 #: Keys of one policy's config (besides `ALGO_DEFAULTS` overrides) and their defaults.
 POLICY_DEFAULTS: dict[str, Any] = {
@@ -86,6 +87,7 @@ TD3_RULES: dict[str, Rule] = {
     "policy_delay": integer(1),
     "target_noise": number(0.0),
     "noise_clip": number(0.0),
+    "reward_scale": number(0.0, lo_open=True),
 }
 
 
@@ -173,7 +175,7 @@ def _gradient_step(p: op.OffPolicy, ps: PolicyState, buf: rb.ReplayBuffer, key: 
     nets, hp = p.nets, p.hp
     mu, q, q1 = (functools.partial(f, p) for f in (_mu, _q, _q1))
     k_batch, k_smooth = jax.random.split(key)
-    batch = rb.sample(buf, k_batch, hp["batch_size"])
+    batch = op.scaled_rewards(rb.sample(buf, k_batch, hp["batch_size"]), hp["reward_scale"])
     (c_loss, q_mean), c_grads = jax.value_and_grad(losses.critic_loss, has_aux=True)(
         ps.critic,
         ps.target_actor,
