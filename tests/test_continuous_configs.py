@@ -118,3 +118,12 @@ def test_bad_presets():
     with pytest.raises(ValueError, match="unknown config preset"):
         locomotion.get_config("cheetah")
 
+
+
+@pytest.mark.parametrize("alg", ["sac", "td3"])
+def test_pendulum_benchmark_configs_build(alg):
+    from experiments.benchmarks.locomotion_learning import pendulum_config
+
+    c = pendulum_config(alg)
+    trainer = algorithms.make_train(c)  # Pendulum-v1 from the registry
+    assert trainer.num_iterations * trainer.env_steps_per_iteration == 20_000
