@@ -7,9 +7,13 @@ Suites:
   classic  CartPole env-only stepping at 1e3..1e6 envs (gymnax's scheme).
   train    end-to-end training throughput: Tag 1000 envs × (10+100) (A2C as WarpDrive
            runs it: its shared-torso network, then PPO), CartPole 10,000 envs (A2C, fc 32×32).
-  learning the learning targets: PPO CartPole (8 vmapped seeds), PPO Acrobot, DDPG
-           Pendulum, PPO Tag (the ``advnorm`` preset, 1e8 env steps; trained vs random taggers).
+  learning the learning targets: PPO CartPole (8 vmapped seeds), PPO Acrobot, DDPG, SAC
+           and TD3 Pendulum, PPO Tag (the ``advnorm`` preset, 1e8 env steps; trained vs
+           random taggers).
   quick    tiny sizes of the env and train suites, for CPUs and the test suite.
+  locomotion_learning  PPO/SAC/TD3 on the MJX locomotion envs (when registered): evaluation
+           return against wall time, several seeds, beside Brax's PPO when importable
+           (experiments/benchmarks/locomotion_learning.py).
   scaling  data-parallel scaling on 1, 2, 4, ... devices (those present): Tag A2C
            1000 envs × (10+100) per device, CartPole A2C 10,000 envs per device; weak
            (envs per device fixed) and strong (the largest count's global batch, split).
@@ -31,6 +35,7 @@ from typing import Any
 from absl import app, flags
 
 from experiments import common
+from experiments.benchmarks import locomotion_learning
 from experiments.benchmarks.tag_config import make_tag
 
 __all__ = [
@@ -47,6 +52,7 @@ __all__ = [
 
 FLAGS = flags.FLAGS
 SUITES = ("quick", "env", "env_big", "classic", "train", "learning", "scaling")
+SUITES += ("locomotion_learning",)
 BACKENDS = ("auto", "xla", "pallas")
 flags.DEFINE_enum("suite", "quick", SUITES, "which benchmark suite to run")
 flags.DEFINE_string("out", "experiments/benchmarks/results/results.jsonl", "JSON-lines output")
@@ -75,7 +81,7 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_list(
     "learning_runs",
-    ["ppo_cartpole", "ppo_acrobot", "ddpg_pendulum", "ppo_tag"],
+    ["ppo_cartpole", "ppo_acrobot", "ddpg_pendulum", "sac_pendulum", "td3_pendulum", "ppo_tag"],
     "runs of --suite=learning (also: ppo_cartpole_bf16, ppo_tag_bf16: mixed precision)",
 )
 flags.DEFINE_integer("tag_learning_steps", 100_000_000, "env steps of the Tag learning runs")
@@ -261,6 +267,8 @@ def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
         ("ppo_cartpole", load_config("cartpole"), num_seeds, 475.0),
         ("ppo_acrobot", load_config("acrobot"), 1, -100.0),
         ("ddpg_pendulum", load_config("pendulum"), 1, -200.0),
+        ("sac_pendulum", locomotion_learning.pendulum_config("sac"), 1, -200.0),
+        ("td3_pendulum", locomotion_learning.pendulum_config("td3"), 1, -200.0),
         ("ppo_tag", tag(), FLAGS.tag_seeds, 3.0),
         # mixed precision (compute_dtype bfloat16), otherwise the runs above
         ("ppo_cartpole_bf16", load_config("cartpole", **_bf16("agent")), num_seeds, 475.0),
@@ -402,6 +410,8 @@ def _run() -> None:
         records += run_learning_suite(FLAGS.num_seeds)
     if FLAGS.suite == "scaling":
         records += run_scaling_suite(FLAGS.train_iterations, FLAGS.repeats)
+    if FLAGS.suite == "locomotion_learning":
+        records += locomotion_learning.run_locomotion_learning_suite()
     if FLAGS.compare:
         print("\nratios against anchors:")
         for line in compare(records, anchors):
