@@ -125,5 +125,5 @@ def test_pendulum_benchmark_configs_build(alg):
     from experiments.benchmarks.locomotion_learning import pendulum_config
 
     c = pendulum_config(alg)
-    trainer = algorithms.make_train(c)  # Pendulum-v1 from the registry
-    assert trainer.num_iterations * trainer.env_steps_per_iteration == 20_000
+    trainer = algorithms.make_train(c, None)  # Pendulum-v1 from the registry
+    assert trainer.num_iterations == 20_000 // 64 and trainer.env_steps_per_iteration == 64
