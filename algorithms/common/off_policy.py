@@ -49,8 +49,8 @@ from flax import struct
 
 import jaxdrive
 from algorithms.common import config as cfg
-from algorithms.common.config_rules import Rule
-from algorithms.common.networks import QNetwork
+from algorithms.common.config_rules import COMMON_RULES, Rule, integer, max_grad_norm_or_off, number
+from algorithms.common.networks import DeterministicActor, QNetwork
 from algorithms.ddpg import buffer as rb
 from algorithms.ddpg import noise as nz
 from jaxdrive.spaces import Box
@@ -58,11 +58,16 @@ from jaxdrive.training import Trainer
 from jaxdrive.types import TimeStep
 
 __all__ = [
+    "REPLAY_DEFAULTS",
+    "REPLAY_RULES",
     "OffPolicy",
     "OffPolicyAlgorithm",
     "RunnerState",
     "TwinQNetwork",
+    "actor_apply",
+    "critic_apply",
     "deterministic_act",
+    "deterministic_actor",
     "deterministic_explore",
     "from_env_action",
     "make_off_policy_trainer",
@@ -71,6 +76,30 @@ __all__ = [
     "scaled_rewards",
     "to_env_action",
 ]
+
+
+#: The ``config.algo`` keys every off-policy algorithm has, with their defaults.
+REPLAY_DEFAULTS: dict[str, Any] = {
+    "gamma": 0.99,  # discount
+    "tau": 0.005,  # Polyak rate of the target networks
+    "buffer_size": 100_000,  # replay capacity, in agent-transitions
+    "batch_size": 256,  # transitions per gradient step
+    "learning_starts": 1_000,  # env steps of uniform random actions before learning
+    "updates_per_iteration": 1,  # gradient steps per iteration
+    "max_grad_norm": 0.0,  # global-norm gradient clipping (0: off)
+}
+#: Value rules of the `REPLAY_DEFAULTS` keys, the common ones and the learning rates.
+REPLAY_RULES: dict[str, Rule] = {
+    **COMMON_RULES,
+    "tau": number(0.0, 1.0, lo_open=True),
+    "buffer_size": integer(1),
+    "batch_size": integer(1),
+    "learning_starts": integer(0),
+    "updates_per_iteration": integer(1),
+    "max_grad_norm": max_grad_norm_or_off,  # 0 or None: no clipping
+    "actor_lr": number(0.0, lo_open=True),
+    "critic_lr": number(0.0, lo_open=True),
+}
 
 
 # ----------------------------------------------------------------------------------------
@@ -130,6 +159,24 @@ class TwinQNetwork(nn.Module):
             axis_size=self.num_critics,
         )
         return ensemble(self.hidden_sizes, self.activation, name="critics")(obs, action)
+
+
+def deterministic_actor(p: OffPolicy) -> DeterministicActor:
+    """``p``'s deterministic actor MLP, tanh output in ``[-1, 1]^D`` (DDPG, TD3)."""
+    d, hp = p.action_dim, p.hp
+    return DeterministicActor(d, (-1.0,) * d, (1.0,) * d, hp["hidden_sizes"], hp["activation"])
+
+
+def actor_apply(p: OffPolicy, params: Any, obs: jax.Array) -> Any:
+    """``p.nets.actor`` on flattened ``obs [..., *O]``: DDPG/TD3 actions ``[..., D]`` in
+    ``[-1, 1]``, SAC's distribution."""
+    return p.nets.actor.apply(params, p.flat(obs))
+
+
+def critic_apply(p: OffPolicy, params: Any, obs: jax.Array, action: jax.Array) -> jax.Array:
+    """``p.nets.critic`` on ``(obs [..., *O], normalised action [..., D])``: ``[...]``,
+    or ``[K, ...]`` for a `TwinQNetwork`."""
+    return p.nets.critic.apply(params, p.flat(obs), action)
 
 
 def optimizer(lr: float, max_grad_norm: float) -> optax.GradientTransformation:
@@ -271,11 +318,13 @@ def scaled_rewards(batch: rb.Transition, scale: float) -> rb.Transition:
 # ----------------------------------------------------------------------------------------
 # exploration of deterministic actors (DDPG, TD3): Gaussian or Ornstein–Uhlenbeck noise
 def deterministic_explore(
-    mu: jax.Array, hp: Mapping[str, Any], key: jax.Array, noise: jax.Array
+    p: OffPolicy, ps: Any, key: jax.Array, obs: jax.Array, noise: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
-    """``clip(μ + ε, ±1)`` and the next noise state: ``ε = noise_scale · x`` for the OU
-    process ``x`` (``hp["noise"] == "ou"``), else ``ε ~ N(0, noise_scale²)``.
-    ``mu``, ``noise``: ``[..., D]``."""
+    """``clip(μ(s) + ε, ±1)`` and the next noise state: ``ε = noise_scale · x`` for the OU
+    process ``x`` (``noise == "ou"``), else ``ε ~ N(0, noise_scale²)``; ``obs [..., *O]``,
+    ``noise [..., D]`` (DDPG, TD3: the ``explore`` hook)."""
+    hp = p.hp
+    mu = actor_apply(p, ps.actor, obs)
     if hp["noise"] == "ou":
         x = nz.ou_step(key, noise, hp["ou_theta"], hp["ou_sigma"])
         eps = hp["noise_scale"] * x
@@ -285,9 +334,11 @@ def deterministic_explore(
     return jnp.clip(mu + eps, -1.0, 1.0), x
 
 
-def deterministic_act(mu: jax.Array, hp: Mapping[str, Any], key: jax.Array) -> jax.Array:
-    """``μ`` plus Gaussian noise of the exploration scale (for OU noise, its stationary
-    std): the noisy action of `Trainer.act` without a noise state."""
+def deterministic_act(p: OffPolicy, params: Any, key: jax.Array, obs: jax.Array) -> jax.Array:
+    """``μ(s)`` plus Gaussian noise of the exploration scale (for OU noise, its stationary
+    std): the noisy action of `Trainer.act` without a noise state (DDPG, TD3)."""
+    hp = p.hp
+    mu = actor_apply(p, params, obs)
     scale = hp["noise_scale"]
     if hp["noise"] == "ou":
         scale *= nz.ou_stationary_std(hp["ou_theta"], hp["ou_sigma"])

@@ -77,17 +77,11 @@ __all__ = [
 #: ``config.algo`` keys and defaults. A policy's config may override any of them for
 #: that policy only (e.g. ``policies.runner.noise_scale = 0.3``).
 ALGO_DEFAULTS: dict[str, Any] = {
-    "gamma": 0.99,  # discount
-    "tau": 0.005,  # Polyak rate of the target networks
-    "buffer_size": 100_000,  # replay capacity, in agent-transitions
-    "batch_size": 256,  # transitions per gradient step
-    "learning_starts": 1_000,  # env steps of uniform random actions before learning
-    "updates_per_iteration": 1,  # gradient steps per iteration
+    **op.REPLAY_DEFAULTS,  # gamma, tau, buffer_size, batch_size, learning_starts, ...
     "noise": "gaussian",  # exploration noise: "gaussian" | "ou"
     "noise_scale": 0.1,  # noise multiplier, in normalised action units ([-1, 1])
     "ou_theta": 0.15,  # OU mean reversion per step
     "ou_sigma": 0.2,  # OU step standard deviation
-    "max_grad_norm": 0.0,  # global-norm gradient clipping (0: off)
 }
 #: Keys of one policy's config (besides `ALGO_DEFAULTS` overrides) and their defaults.
 POLICY_DEFAULTS: dict[str, Any] = {
@@ -136,23 +130,13 @@ class _Nets:
 
 
 def _build(p: op.OffPolicy) -> _Nets:
-    hp, d = p.hp, p.action_dim
+    hp = p.hp
     return _Nets(
-        actor=DeterministicActor(d, (-1.0,) * d, (1.0,) * d, hp["hidden_sizes"], hp["activation"]),
+        actor=op.deterministic_actor(p),
         critic=QNetwork(hp["hidden_sizes"], hp["activation"]),
         actor_tx=op.optimizer(hp["actor_lr"], hp["max_grad_norm"]),
         critic_tx=op.optimizer(hp["critic_lr"], hp["max_grad_norm"]),
     )
-
-
-def _mu(p: op.OffPolicy, params: Any, obs: jax.Array) -> jax.Array:
-    """Normalised actions ``μ(s)``: ``[..., *O] -> [..., D]`` in ``[-1, 1]``."""
-    return p.nets.actor.apply(params, p.flat(obs))
-
-
-def _q(p: op.OffPolicy, params: Any, obs: jax.Array, action: jax.Array) -> jax.Array:
-    """``Q(s, a)`` for normalised ``a``: ``([..., *O], [..., D]) -> [...]``."""
-    return p.nets.critic.apply(params, p.flat(obs), action)
 
 
 def _init_policy(key: jax.Array, p: op.OffPolicy) -> PolicyState:
@@ -172,17 +156,10 @@ def _init_policy(key: jax.Array, p: op.OffPolicy) -> PolicyState:
     )
 
 
-def _explore(p: op.OffPolicy, ps: PolicyState, key, obs, noise):
-    return op.deterministic_explore(_mu(p, ps.actor, obs), p.hp, key, noise)
-
-
-def _sample_action(p: op.OffPolicy, params: Any, key: jax.Array, obs: jax.Array) -> jax.Array:
-    return op.deterministic_act(_mu(p, params, obs), p.hp, key)
-
-
 def _gradient_step(p: op.OffPolicy, ps: PolicyState, buf: rb.ReplayBuffer, key: jax.Array):
     """Critic step, actor step (on the new critic), then Polyak target updates."""
-    mu, q, nets = functools.partial(_mu, p), functools.partial(_q, p), p.nets
+    mu, q = functools.partial(op.actor_apply, p), functools.partial(op.critic_apply, p)
+    nets = p.nets
     batch = rb.sample(buf, key, p.hp["batch_size"])
     (c_loss, q_mean), c_grads = jax.value_and_grad(losses.critic_loss, has_aux=True)(
         ps.critic, ps.target_actor, ps.target_critic, batch, p.hp["gamma"], mu, q
@@ -212,9 +189,9 @@ _DDPG = op.OffPolicyAlgorithm(
     rules=DDPG_RULES,
     build=_build,
     init_policy=_init_policy,
-    explore=_explore,
-    mean_action=_mu,
-    sample_action=_sample_action,
+    explore=op.deterministic_explore,
+    mean_action=op.actor_apply,
+    sample_action=op.deterministic_act,
     gradient_step=_gradient_step,
 )
 

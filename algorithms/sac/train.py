@@ -25,12 +25,12 @@ Example:
     >>> from algorithms.sac import default_config, make_train
     >>> config = default_config()
     >>> config.num_envs, config.num_steps, config.total_env_steps = 2, 4, 16
-    >>> config.algo.batch_size, config.algo.learning_starts = 8, 8
+    >>> config.algo.update(batch_size=8, learning_starts=8)
     >>> config.policies.agent.hidden_sizes = (16,)
     >>> trainer = make_train(config, *jaxdrive.make("Pendulum-v1"))
     >>> state, metrics = jax.jit(trainer)(jax.random.key(0))
-    >>> metrics["env_steps"].tolist()
-    [8.0, 16.0]
+    >>> sorted(k.split("/")[-1] for k in metrics if k.startswith("loss/"))
+    ['actor', 'alpha', 'alpha_loss', 'critic', 'entropy']
 """
 
 from __future__ import annotations
@@ -48,8 +48,7 @@ from flax import struct
 
 from algorithms.common import config as cfg
 from algorithms.common import off_policy as op
-from algorithms.common.config_rules import COMMON_RULES, Rule, flag, integer, number
-from algorithms.common.config_rules import max_grad_norm_or_off as _grad_norm_rule
+from algorithms.common.config_rules import Rule, flag, number
 from algorithms.ddpg import buffer as rb
 from algorithms.ddpg import losses as dl
 from algorithms.sac import losses
@@ -68,13 +67,7 @@ __all__ = [
 
 #: ``config.algo`` keys and defaults (each may be overridden per policy).
 ALGO_DEFAULTS: dict[str, Any] = {
-    "gamma": 0.99,  # discount
-    "tau": 0.005,  # Polyak rate of the target critics
-    "buffer_size": 100_000,  # replay capacity, in agent-transitions
-    "batch_size": 256,  # transitions per gradient step
-    "learning_starts": 1_000,  # env steps of uniform random actions before learning
-    "updates_per_iteration": 1,  # gradient steps per iteration
-    "max_grad_norm": 0.0,  # global-norm gradient clipping (0: off)
+    **op.REPLAY_DEFAULTS,  # gamma, tau, buffer_size, batch_size, learning_starts, ...
     "reward_scale": 1.0,  # rewards multiplied by this in learning (Brax's reward_scaling)
     "alpha_init": 1.0,  # initial temperature α
     "autotune": True,  # learn log α towards the target entropy (False: α fixed)
@@ -100,19 +93,11 @@ def _entropy_rule(v: Any, name: str) -> float | None:
 
 #: Value rules of the SAC hyper-parameters (policy keys and ``algo`` keys).
 SAC_RULES: dict[str, Rule] = {
-    **COMMON_RULES,
-    "tau": number(0.0, 1.0, lo_open=True),
-    "buffer_size": integer(1),
-    "batch_size": integer(1),
-    "learning_starts": integer(0),
-    "updates_per_iteration": integer(1),
-    "max_grad_norm": _grad_norm_rule,
+    **op.REPLAY_RULES,
     "reward_scale": number(0.0, lo_open=True),
     "alpha_init": number(0.0, lo_open=True),
     "autotune": flag,
     "target_entropy": _entropy_rule,
-    "actor_lr": number(0.0, lo_open=True),
-    "critic_lr": number(0.0, lo_open=True),
     "alpha_lr": number(0.0, lo_open=True),
 }
 
@@ -161,16 +146,6 @@ def _build(p: op.OffPolicy) -> _Nets:
     )
 
 
-def _dist(p: op.OffPolicy, params: Any, obs: jax.Array) -> Any:
-    """The policy's tanh-Gaussian over normalised actions for ``obs [..., *O]``."""
-    return p.nets.actor.apply(params, p.flat(obs))
-
-
-def _q(p: op.OffPolicy, params: Any, obs: jax.Array, action: jax.Array) -> jax.Array:
-    """Both critics: ``([..., *O], [..., D]) -> [2, ...]``."""
-    return p.nets.critic.apply(params, p.flat(obs), action)
-
-
 def _init_policy(key: jax.Array, p: op.OffPolicy) -> PolicyState:
     """Fresh actor and critics (targets equal to them), ``log α = log alpha_init``."""
     k_a, k_c = jax.random.split(key)
@@ -192,12 +167,12 @@ def _init_policy(key: jax.Array, p: op.OffPolicy) -> PolicyState:
 
 def _mean_action(p: op.OffPolicy, params: Any, obs: jax.Array) -> jax.Array:
     """``tanh(μ(s))``: ``[..., *O] -> [..., D]``."""
-    dist = _dist(p, params, obs)
+    dist = op.actor_apply(p, params, obs)
     return dist.to_env(dist.mode())
 
 
 def _sample_action(p: op.OffPolicy, params: Any, key: jax.Array, obs: jax.Array) -> jax.Array:
-    return losses.sample_action(_dist(p, params, obs), key)[0]
+    return losses.sample_action(op.actor_apply(p, params, obs), key)[0]
 
 
 def _explore(p: op.OffPolicy, ps: PolicyState, key, obs, noise):
@@ -207,7 +182,7 @@ def _explore(p: op.OffPolicy, ps: PolicyState, key, obs, noise):
 def _gradient_step(p: op.OffPolicy, ps: PolicyState, buf: rb.ReplayBuffer, key: jax.Array):
     """Critics, actor (on the new critics), temperature, then the target critics."""
     nets, hp = p.nets, p.hp
-    dist, q = functools.partial(_dist, p), functools.partial(_q, p)
+    dist, q = functools.partial(op.actor_apply, p), functools.partial(op.critic_apply, p)
     k_batch, k_next, k_pi = jax.random.split(key, 3)
     batch = op.scaled_rewards(rb.sample(buf, k_batch, hp["batch_size"]), hp["reward_scale"])
     alpha = jnp.exp(ps.log_alpha)

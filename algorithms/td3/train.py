@@ -17,15 +17,14 @@ loss at every step, whether or not it was applied) and ``loss/<policy>/critic``.
 
 Example:
     >>> import jax, jaxdrive
-    >>> from algorithms.td3 import default_config, make_train
-    >>> config = default_config()
-    >>> config.num_envs, config.num_steps, config.total_env_steps = 2, 4, 16
-    >>> config.algo.batch_size, config.algo.learning_starts = 8, 8
-    >>> config.policies.agent.hidden_sizes = (16,)
-    >>> trainer = make_train(config, *jaxdrive.make("Pendulum-v1"))
-    >>> state, metrics = jax.jit(trainer)(jax.random.key(0))
-    >>> metrics["env_steps"].tolist()
-    [8.0, 16.0]
+    >>> from algorithms import td3
+    >>> c = td3.default_config()
+    >>> c.num_envs, c.num_steps, c.total_env_steps = 2, 4, 24
+    >>> c.algo.update(batch_size=8, learning_starts=8, updates_per_iteration=3)
+    >>> c.policies.agent.hidden_sizes = (16,)
+    >>> state, _ = jax.jit(td3.make_train(c, *jaxdrive.make("Pendulum-v1")))(jax.random.key(0))
+    >>> int(state.policies["agent"].steps)  # 3 iterations of 3 gradient steps
+    9
 """
 
 from __future__ import annotations
@@ -121,27 +120,18 @@ class _Nets:
 
 
 def _build(p: op.OffPolicy) -> _Nets:
-    hp, d = p.hp, p.action_dim
+    hp = p.hp
     return _Nets(
-        actor=DeterministicActor(d, (-1.0,) * d, (1.0,) * d, hp["hidden_sizes"], hp["activation"]),
+        actor=op.deterministic_actor(p),
         critic=op.TwinQNetwork(hp["hidden_sizes"], hp["activation"]),
         actor_tx=op.optimizer(hp["actor_lr"], hp["max_grad_norm"]),
         critic_tx=op.optimizer(hp["critic_lr"], hp["max_grad_norm"]),
     )
 
 
-def _mu(p: op.OffPolicy, params: Any, obs: jax.Array) -> jax.Array:
-    """Normalised actions ``μ(s)``: ``[..., *O] -> [..., D]`` in ``[-1, 1]``."""
-    return p.nets.actor.apply(params, p.flat(obs))
-
-
-def _q(p: op.OffPolicy, params: Any, obs: jax.Array, action: jax.Array) -> jax.Array:
-    """Both critics: ``([..., *O], [..., D]) -> [2, ...]``."""
-    return p.nets.critic.apply(params, p.flat(obs), action)
-
-
 def _q1(p: op.OffPolicy, params: Any, obs: jax.Array, action: jax.Array) -> jax.Array:
-    return _q(p, params, obs, action)[0]
+    """The first critic: ``([..., *O], [..., D]) -> [...]``."""
+    return op.critic_apply(p, params, obs, action)[0]
 
 
 def _init_policy(key: jax.Array, p: op.OffPolicy) -> PolicyState:
@@ -162,18 +152,10 @@ def _init_policy(key: jax.Array, p: op.OffPolicy) -> PolicyState:
     )
 
 
-def _explore(p: op.OffPolicy, ps: PolicyState, key, obs, noise):
-    return op.deterministic_explore(_mu(p, ps.actor, obs), p.hp, key, noise)
-
-
-def _sample_action(p: op.OffPolicy, params: Any, key: jax.Array, obs: jax.Array) -> jax.Array:
-    return op.deterministic_act(_mu(p, params, obs), p.hp, key)
-
-
 def _gradient_step(p: op.OffPolicy, ps: PolicyState, buf: rb.ReplayBuffer, key: jax.Array):
     """A critic step; every ``policy_delay``-th step also an actor step and the targets."""
     nets, hp = p.nets, p.hp
-    mu, q, q1 = (functools.partial(f, p) for f in (_mu, _q, _q1))
+    mu, q, q1 = (functools.partial(f, p) for f in (op.actor_apply, op.critic_apply, _q1))
     k_batch, k_smooth = jax.random.split(key)
     batch = op.scaled_rewards(rb.sample(buf, k_batch, hp["batch_size"]), hp["reward_scale"])
     (c_loss, q_mean), c_grads = jax.value_and_grad(losses.critic_loss, has_aux=True)(
@@ -227,9 +209,9 @@ _TD3 = op.OffPolicyAlgorithm(
     rules=TD3_RULES,
     build=_build,
     init_policy=_init_policy,
-    explore=_explore,
-    mean_action=_mu,
-    sample_action=_sample_action,
+    explore=op.deterministic_explore,
+    mean_action=op.actor_apply,
+    sample_action=op.deterministic_act,
     gradient_step=_gradient_step,
 )
 
