@@ -66,10 +66,12 @@ __all__ = [
     "TwinQNetwork",
     "actor_apply",
     "critic_apply",
+    "default_config",
     "deterministic_act",
     "deterministic_actor",
     "deterministic_explore",
     "from_env_action",
+    "init_networks",
     "make_off_policy_trainer",
     "optimizer",
     "policy_batch",
@@ -177,6 +179,22 @@ def critic_apply(p: OffPolicy, params: Any, obs: jax.Array, action: jax.Array) -
     """``p.nets.critic`` on ``(obs [..., *O], normalised action [..., D])``: ``[...]``,
     or ``[K, ...]`` for a `TwinQNetwork`."""
     return p.nets.critic.apply(params, p.flat(obs), action)
+
+
+def init_networks(key: jax.Array, p: OffPolicy) -> tuple[Any, Any]:
+    """Fresh ``(actor params, critic params)`` of ``p.nets`` (from one key, split)."""
+    k_a, k_c = jax.random.split(key)
+    obs = jnp.zeros((1, p.obs_size), jnp.float32)
+    act = jnp.zeros((1, p.action_dim), jnp.float32)
+    return p.nets.actor.init(k_a, obs), p.nets.critic.init(k_c, obs, act)
+
+
+def default_config(algorithm: str) -> Any:
+    """A complete config of ``algorithm`` (Pendulum-v1, one policy ``"agent"``) to start
+    from: `algorithms.common.config.base_config` with 8 steps per iteration."""
+    c = cfg.base_config(algorithm, "Pendulum-v1")
+    c.num_steps = 8
+    return c
 
 
 def optimizer(lr: float, max_grad_norm: float) -> optax.GradientTransformation:

@@ -49,12 +49,10 @@ import functools
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import optax
 from flax import struct
 
-from algorithms.common import config as cfg
 from algorithms.common import off_policy as op
 from algorithms.common.config_rules import DDPG_RULES
 from algorithms.common.networks import DeterministicActor, QNetwork
@@ -102,11 +100,9 @@ from_env_action = op.from_env_action
 
 
 def default_config() -> ml_collections.ConfigDict:
-    """A complete DDPG config (Pendulum-v1, one policy ``"agent"``) to start from:
-    `algorithms.common.config.base_config` with 8 steps per iteration."""
-    c = cfg.base_config("ddpg", "Pendulum-v1")
-    c.num_steps = 8
-    return c
+    """A complete DDPG config (Pendulum-v1, one policy ``"agent"``, 8 steps per
+    iteration) to start from."""
+    return op.default_config("ddpg")
 
 
 @struct.dataclass
@@ -141,11 +137,7 @@ def _build(p: op.OffPolicy) -> _Nets:
 
 def _init_policy(key: jax.Array, p: op.OffPolicy) -> PolicyState:
     """Fresh actor and critic parameters (targets equal to them) and optimiser states."""
-    k_a, k_c = jax.random.split(key)
-    obs = jnp.zeros((1, p.obs_size), jnp.float32)
-    act = jnp.zeros((1, p.action_dim), jnp.float32)
-    actor = p.nets.actor.init(k_a, obs)
-    critic = p.nets.critic.init(k_c, obs, act)
+    actor, critic = op.init_networks(key, p)
     return PolicyState(
         actor=actor,
         critic=critic,

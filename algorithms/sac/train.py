@@ -46,7 +46,6 @@ import ml_collections
 import optax
 from flax import struct
 
-from algorithms.common import config as cfg
 from algorithms.common import off_policy as op
 from algorithms.common.config_rules import Rule, flag, number
 from algorithms.ddpg import buffer as rb
@@ -103,11 +102,9 @@ SAC_RULES: dict[str, Rule] = {
 
 
 def default_config() -> ml_collections.ConfigDict:
-    """A complete SAC config (Pendulum-v1, one policy ``"agent"``) to start from:
-    `algorithms.common.config.base_config` with 8 steps per iteration."""
-    c = cfg.base_config("sac", "Pendulum-v1")
-    c.num_steps = 8
-    return c
+    """A complete SAC config (Pendulum-v1, one policy ``"agent"``, 8 steps per
+    iteration) to start from."""
+    return op.default_config("sac")
 
 
 @struct.dataclass
@@ -148,11 +145,7 @@ def _build(p: op.OffPolicy) -> _Nets:
 
 def _init_policy(key: jax.Array, p: op.OffPolicy) -> PolicyState:
     """Fresh actor and critics (targets equal to them), ``log α = log alpha_init``."""
-    k_a, k_c = jax.random.split(key)
-    obs = jnp.zeros((1, p.obs_size), jnp.float32)
-    act = jnp.zeros((1, p.action_dim), jnp.float32)
-    actor = p.nets.actor.init(k_a, obs)
-    critic = p.nets.critic.init(k_c, obs, act)
+    actor, critic = op.init_networks(key, p)
     log_alpha = jnp.asarray(math.log(p.hp["alpha_init"]), jnp.float32)
     return PolicyState(
         actor=actor,

@@ -39,7 +39,6 @@ import ml_collections
 import optax
 from flax import struct
 
-from algorithms.common import config as cfg
 from algorithms.common import off_policy as op
 from algorithms.common.config_rules import DDPG_RULES, Rule, integer, number
 from algorithms.common.networks import DeterministicActor
@@ -91,11 +90,9 @@ TD3_RULES: dict[str, Rule] = {
 
 
 def default_config() -> ml_collections.ConfigDict:
-    """A complete TD3 config (Pendulum-v1, one policy ``"agent"``) to start from:
-    `algorithms.common.config.base_config` with 8 steps per iteration."""
-    c = cfg.base_config("td3", "Pendulum-v1")
-    c.num_steps = 8
-    return c
+    """A complete TD3 config (Pendulum-v1, one policy ``"agent"``, 8 steps per
+    iteration) to start from."""
+    return op.default_config("td3")
 
 
 @struct.dataclass
@@ -136,11 +133,7 @@ def _q1(p: op.OffPolicy, params: Any, obs: jax.Array, action: jax.Array) -> jax.
 
 def _init_policy(key: jax.Array, p: op.OffPolicy) -> PolicyState:
     """Fresh actor and critics (targets equal to them), optimiser states, 0 steps."""
-    k_a, k_c = jax.random.split(key)
-    obs = jnp.zeros((1, p.obs_size), jnp.float32)
-    act = jnp.zeros((1, p.action_dim), jnp.float32)
-    actor = p.nets.actor.init(k_a, obs)
-    critic = p.nets.critic.init(k_c, obs, act)
+    actor, critic = op.init_networks(key, p)
     return PolicyState(
         actor=actor,
         critic=critic,
