@@ -136,33 +136,30 @@ def test_act_and_get_params(run):
     assert bool(env.action_space("agent").contains(noisy)) and not np.allclose(noisy, noisy[:1])
 
 
-def test_groups_policies_and_frozen():
-    """SAC on Walkers (tests/algorithms/test_ddpg.py): policy "pa" learns group "a" (one of
-    its two agents never active), "pb" (group "b", actions in [-2, 2]) is frozen. (TD3
-    shares this machinery and its exploration with DDPG, whose tests run Walkers.)"""
-    from algorithms.sac import make_train
-
+@pytest.mark.parametrize("alg", ["sac", "td3"])
+def test_groups_policies_and_frozen(alg):
+    """Walkers (tests/algorithms/test_ddpg.py): policy "pa" learns group "a" (two agents,
+    one never active), "pb" (group "b", actions in [-2, 2]) is frozen. Traced, not run
+    (`jax.eval_shape`): the shared skeleton's values on Walkers are DDPG's tests."""
+    mod = importlib.import_module(f"algorithms.{alg}")
     c = walk_config()
-    c.algorithm = "sac"
-    for k in ("noise", "noise_scale", "ou_theta", "ou_sigma"):
-        del c.algo[k]
-    del c.policies.pa["noise_scale"]
-    trainer = make_train(c, Walkers())
-    rs0 = jax.jit(trainer.init)(jax.random.key(0))
-    rs, m = jax.jit(lambda r: trainer.chunk(r, 3))(rs0)
-    assert set(rs.buffers) == {"pa"}  # 3 iterations x 12 env steps x 2 agents: 72
-    assert int(rs.buffers["pa"].size) == 64 and int(rs.buffers["pa"].ptr) == 72 - 64
-    jaxdrive.testing.assert_trees_equal(rs0.policies["pb"], rs.policies["pb"], "frozen pb")
-    assert float(m["loss/pa/critic"][-1]) > 0 and "loss/pb/critic" not in m
-    d = rs.buffers["pa"].data
-    np.testing.assert_array_equal(np.asarray(d.active), np.tile([1.0, 0.0], 32))
-    assert np.all(np.abs(np.asarray(d.action)) <= 1.0)
-    params = trainer.get_params(rs)
-    acts = trainer.act(
-        params, jax.random.key(1), {"a": jnp.ones((4, 2, 2)), "b": jnp.ones((4, 1, 2))}
-    )
+    c.algorithm = alg
+    if alg == "sac":
+        for k in ("noise", "noise_scale", "ou_theta", "ou_sigma"):
+            del c.algo[k]
+        del c.policies.pa["noise_scale"]
+    trainer = mod.make_train(c, Walkers())
+    rs = jax.eval_shape(trainer.init, jax.random.key(0))
+    assert set(rs.buffers) == {"pa"} and rs.buffers["pa"].data.obs.shape == (64, 2)
+    assert rs.buffers["pa"].data.action.shape == (64, 1)
+    new, m = jax.eval_shape(trainer.update, rs)
+    assert jax.tree.structure(new) == jax.tree.structure(rs)
+    assert "loss/pa/critic" in m and not any(k.startswith("loss/pb") for k in m)
+    assert {"episode_return/a", "episode_return/b"} <= set(m)
+    params = jax.eval_shape(trainer.get_params, rs)
+    obs = {"a": jnp.ones((4, 2, 2)), "b": jnp.ones((4, 1, 2))}
+    acts = jax.eval_shape(lambda p: trainer.act(p, jax.random.key(1), obs), params)
     assert acts["a"].shape == (4, 2, 1) and acts["b"].shape == (4, 1, 1)
-    assert bool(Walkers().action_space("b").contains(acts["b"]))
 
 
 @pytest.mark.parametrize(

@@ -30,11 +30,12 @@ def test_state_std_head_outputs_mean_and_softplus_sigma():
     assert spec.num_outputs == 6 and spec.action_shape == (3,)
     net = ActorCritic(spec, hidden_sizes=(8,))
     x = jax.random.normal(jax.random.key(0), (5, 4))
-    params = net.init(jax.random.key(1), x)
+    params = jax.jit(net.init)(jax.random.key(1), x)
     assert "log_std" not in params["params"]["actor_head"]  # σ comes from the layer
-    dist, value = net.apply(params, x)
+    dist, value, h = jax.jit(
+        lambda p: (*net.apply(p, x), net.apply(p, x, method=lambda m, o: m.actor_torso(o)))
+    )(params)
     head = params["params"]["actor_head"]["mean"]
-    h = net.apply(params, x, method=lambda m, o: m.actor_torso(o))
     out = np.asarray(h @ head["kernel"] + head["bias"], np.float64)
     np.testing.assert_allclose(dist.mean, out[:, :3], rtol=1e-5, atol=1e-6)
     sigma = np.log1p(np.exp(out[:, 3:])) + 1e-3
