@@ -119,7 +119,6 @@ def test_bad_presets():
         locomotion.get_config("cheetah")
 
 
-
 @pytest.mark.parametrize("alg", ["sac", "td3"])
 def test_pendulum_benchmark_configs_build(alg):
     from experiments.benchmarks.locomotion_learning import pendulum_config
