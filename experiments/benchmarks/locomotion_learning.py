@@ -1,11 +1,11 @@
 """Continuous-control learning benchmarks: MuJoCo locomotion (``--suite=locomotion_learning``)
 and the SAC/TD3 Pendulum runs of ``--suite=learning``.
 
-**Locomotion**: for each env of ``--locomotion_envs`` that the registry knows, each
-algorithm of ``--locomotion_algos`` and each of ``--locomotion_seeds`` seeds, a training
+**Locomotion**: for each env of ``--learn_envs`` that the registry knows, each
+algorithm of ``--learn_algos`` and each of ``--learn_seeds`` seeds, a training
 run of `experiments.configs.locomotion` (``mamujoco_ant``: `experiments.configs.mamujoco`)
-in compiled chunks, stopped at the run's env steps or ``--locomotion_budget_s`` seconds.
-After every ``--locomotion_eval_every`` chunks the policy plays ``--locomotion_eval_episodes``
+in compiled chunks, stopped at the run's env steps or ``--learn_budget_s`` seconds.
+After every ``--learn_eval_every`` chunks the policy plays ``--learn_eval_episodes``
 (≥ 32) deterministic episodes (`experiments.common.evaluate_policy`): a curve of mean
 evaluation return against env steps and wall time *including compile and evaluation*,
 and the first wall time at which the return reaches each of ``THRESHOLDS``. When ``brax``
@@ -40,18 +40,16 @@ __all__ = [
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list(
-    "locomotion_envs",
+    "learn_envs",
     ["humanoid", "ant", "half_cheetah", "hopper", "walker2d", "mamujoco_ant"],
     "envs of --suite=locomotion_learning (presets of experiments/configs/locomotion.py, "
     "and mamujoco_ant)",
 )
-flags.DEFINE_list("locomotion_algos", ["ppo", "sac"], "algorithms: ppo, sac, td3")
-flags.DEFINE_integer("locomotion_seeds", 3, "seeds per env and algorithm", lower_bound=1)
-flags.DEFINE_float("locomotion_budget_s", 300.0, "wall seconds per run (compile included)")
-flags.DEFINE_integer("locomotion_eval_every", 1, "chunks between evaluations", lower_bound=1)
-flags.DEFINE_integer(
-    "locomotion_eval_episodes", 32, "deterministic evaluation episodes", lower_bound=32
-)
+flags.DEFINE_list("learn_algos", ["ppo", "sac"], "algorithms: ppo, sac, td3")
+flags.DEFINE_integer("learn_seeds", 3, "seeds per env and algorithm", lower_bound=1)
+flags.DEFINE_float("learn_budget_s", 300.0, "wall seconds per run (compile included)")
+flags.DEFINE_integer("learn_eval_every", 1, "chunks between evaluations", lower_bound=1)
+flags.DEFINE_integer("learn_eval_episodes", 32, "deterministic evaluation episodes", lower_bound=32)
 flags.DEFINE_bool("brax_anchor", True, "also run Brax's PPO on its humanoid when importable")
 flags.DEFINE_integer("brax_timesteps", 30_000_000, "env steps of the Brax PPO run")
 flags.DEFINE_integer("brax_evals", 6, "evaluations of the Brax PPO run")
@@ -257,28 +255,28 @@ def run_locomotion_learning_suite() -> list[dict[str, Any]]:
 
     info = device_info()
     records = []
-    unknown = [e for e in FLAGS.locomotion_envs if e not in ENV_PRESETS]
+    unknown = [e for e in FLAGS.learn_envs if e not in ENV_PRESETS]
     if unknown:
-        raise ValueError(f"--locomotion_envs: unknown {unknown}; known: {list(ENV_PRESETS)}")
+        raise ValueError(f"--learn_envs: unknown {unknown}; known: {list(ENV_PRESETS)}")
     if FLAGS.brax_anchor:
         rec = brax_ppo_curve(FLAGS.brax_timesteps, FLAGS.brax_evals)
         if rec is None:
             print("  brax is not importable: no Brax PPO anchor run", flush=True)
         else:
             records.append({"bench": "brax_ppo", **rec, **info})
-    for env in FLAGS.locomotion_envs:
-        for algorithm in FLAGS.locomotion_algos:
+    for env in FLAGS.learn_envs:
+        for algorithm in FLAGS.learn_algos:
             if algorithm != "ppo" and ENV_PRESETS[env][0] != "locomotion":
                 continue
             config = _config(env, algorithm, 0)
             if not _registered(config.env_name):
                 break
-            for seed in range(FLAGS.locomotion_seeds):
+            for seed in range(FLAGS.learn_seeds):
                 rec = learning_curve(
                     _config(env, algorithm, seed),
-                    budget_s=FLAGS.locomotion_budget_s,
-                    eval_every=FLAGS.locomotion_eval_every,
-                    eval_episodes=FLAGS.locomotion_eval_episodes,
+                    budget_s=FLAGS.learn_budget_s,
+                    eval_every=FLAGS.learn_eval_every,
+                    eval_episodes=FLAGS.learn_eval_episodes,
                 )
                 rec.update(bench="locomotion_learning", name=env, target=TARGETS[env], **info)
                 records.append(rec)
