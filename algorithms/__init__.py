@@ -1,4 +1,4 @@
-"""Algorithms: PPO (with a MAPPO option), A2C, DDPG, IQL/VDN/QMIX and PQN, each with
+"""Algorithms: PPO (with a MAPPO option), A2C, DDPG, TD3, SAC, IQL/VDN/QMIX and PQN, each with
 ``make_train(config, env, env_params) -> jaxdrive.training.Trainer``.
 
 `make_train` here dispatches on ``config.algorithm``; modules load lazily.
@@ -19,6 +19,8 @@ ALGORITHMS = {
     "vdn": "algorithms.qlearning",
     "qmix": "algorithms.qlearning",
     "pqn": "algorithms.pqn",
+    "td3": "algorithms.td3",
+    "sac": "algorithms.sac",
 }
 
 

@@ -31,6 +31,7 @@ ALGO_DEFAULTS: dict[str, Any] = {
     "normalize_advantages": False,
     "normalize_obs": False,
     "normalize_rewards": False,
+    "reward_scale": 1.0,
     "centralized_critic": False,
 }
 

@@ -5,7 +5,7 @@
   (`config_to_dict`).
 * `algorithms.common.layers`: `MLP`, `PaddedInputDense`, `FusedDense`, `dense_relu`.
 * `algorithms.common.distributions`: `Categorical`, `MultiCategorical`, `DiagGaussian`,
-  `TanhGaussian`, `log_prob_and_entropy`.
+  `TanhGaussian`, `log_prob_and_entropy`, `state_log_std`.
 * `algorithms.common.networks`: `ActionSpec`, `ActorCritic`, `ValueNetwork`, `QNetwork`,
   `DeterministicActor` (re-exporting the layers and distributions).
 * `algorithms.common.gae`: `gae_advantages`, `bootstrap_values`, `discounted_returns`.
@@ -15,6 +15,8 @@
 * `algorithms.common.on_policy`: the PPO/A2C trainer builder, with its setup
   (`on_policy_setup`), rollout (`on_policy_rollout`) and learning step
   (`on_policy_learn`).
+* `algorithms.common.off_policy`: the DDPG/TD3/SAC trainer skeleton (device replay
+  buffer, gradient-step scan), `TwinQNetwork`.
 
 Submodules are imported on use (no work at import time).
 """
@@ -27,6 +29,7 @@ __all__ = [
     "multi_policy",
     "networks",
     "normalization",
+    "off_policy",
     "on_policy",
     "on_policy_learn",
     "on_policy_rollout",

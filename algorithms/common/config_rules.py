@@ -143,6 +143,7 @@ ON_POLICY_RULES: dict[str, Rule] = {
     "normalize_advantages": flag,
     "normalize_obs": flag,
     "normalize_rewards": flag,
+    "reward_scale": number(0.0, lo_open=True),
     "centralized_critic": flag,
     "shared_torso": flag,
     "action_head": choice(_head_kinds),

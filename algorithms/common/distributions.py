@@ -30,18 +30,30 @@ import jax.numpy as jnp
 from flax import struct
 
 __all__ = [
+    "MIN_STD",
     "NEG_LOGIT",
     "Categorical",
     "DiagGaussian",
     "MultiCategorical",
     "TanhGaussian",
     "log_prob_and_entropy",
+    "state_log_std",
 ]
 
 #: Logit of an impossible category: a padded one of a `MultiCategorical`, or one an
 #: action mask forbids.
 NEG_LOGIT = -1e9
+#: Smallest standard deviation of a state-dependent Gaussian head (`state_log_std`).
+MIN_STD = 1e-3
 _LOG_2PI = math.log(2.0 * math.pi)
+
+
+def state_log_std(raw: jax.Array, min_std: float = MIN_STD) -> jax.Array:
+    """``log(softplus(raw) + min_std)``: the log-std of a Gaussian whose σ a network
+    outputs (``raw [..., D]``, unconstrained). σ is smooth in ``raw`` and never below
+    ``min_std``, so log-probs stay bounded without clipping (Brax's parameterisation of
+    its tanh-normal heads)."""
+    return jnp.log(jax.nn.softplus(raw) + min_std)
 
 
 def _pick(lp: jax.Array, x: jax.Array) -> jax.Array:

@@ -49,6 +49,7 @@ from algorithms.common.distributions import (
     MultiCategorical,
     TanhGaussian,
     log_prob_and_entropy,
+    state_log_std,
 )
 from algorithms.common.layers import (
     ACTIVATIONS,
@@ -90,8 +91,11 @@ __all__ = [
     "split_dims",
 ]
 
-#: Continuous head kinds for `Box` actions.
-HEAD_KINDS = ("gaussian", "tanh_gaussian")
+#: Continuous head kinds for `Box` actions: a Gaussian clipped to the bounds and a
+#: tanh-squashed one, both with a state-independent log-std parameter, and a tanh-squashed
+#: one whose σ the network outputs (``softplus(raw) + MIN_STD``, Brax's PPO head).
+HEAD_KINDS = ("gaussian", "tanh_gaussian", "tanh_gaussian_state_std")
+_STATE_STD = "tanh_gaussian_state_std"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +103,7 @@ class ActionSpec:
     """Static, hashable description of an action head.
 
     kind: ``"discrete"`` (``sizes=(K,)``), ``"multi_discrete"`` (``sizes=nvec``),
-    ``"gaussian"`` or ``"tanh_gaussian"`` (``sizes=(D,)``, bounds in ``low``/``high``).
+    or one of the continuous `HEAD_KINDS` (``sizes=(D,)``, bounds in ``low``/``high``).
     """
 
     kind: str
@@ -128,11 +132,11 @@ class ActionSpec:
                 )
             low = tuple(float(v) for v in space.low)
             high = tuple(float(v) for v in space.high)
-            if continuous_head == "tanh_gaussian" and not (
+            if continuous_head.startswith("tanh") and not (
                 np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))
             ):
                 raise ValueError(
-                    f"action_head 'tanh_gaussian' needs finite Box bounds, got {space}; "
+                    f"action_head {continuous_head!r} needs finite Box bounds, got {space}; "
                     "use 'gaussian'"
                 )
             return cls(continuous_head, (space.shape[0],), low, high, float(log_std_init))
@@ -165,14 +169,16 @@ class ActionSpec:
             return self.sizes[0]
         if self.kind == "multi_discrete":
             return int(sum(self.sizes))
-        return self.sizes[0]
+        return 2 * self.sizes[0] if self.kind == _STATE_STD else self.sizes[0]
 
 
 class ActionHead(nn.Module):
     """Dense layer(s) mapping features ``[..., H]`` to the distribution of an `ActionSpec`.
 
     Logit/mean layers use orthogonal init with gain 0.01 (near-uniform start); the
-    Gaussian ``log_std`` is a state-independent parameter ``[D]``.
+    Gaussian ``log_std`` is a state-independent parameter ``[D]``, except for the
+    ``"tanh_gaussian_state_std"`` head, whose layer outputs ``[mean, raw σ]`` (``2D``
+    columns; `state_log_std`, ``log_std_init`` unused).
     """
 
     spec: ActionSpec
@@ -214,11 +220,14 @@ class ActionHead(nn.Module):
             return Categorical(out)
         if spec.kind == "multi_discrete":
             return MultiCategorical(split_dims(out, spec.sizes, NEG_LOGIT))
+        low = jnp.asarray(spec.low, jnp.float32)
+        high = jnp.asarray(spec.high, jnp.float32)
+        if spec.kind == _STATE_STD:
+            mean, raw = jnp.split(out, 2, axis=-1)
+            return TanhGaussian(mean, state_log_std(raw), low, high)
         log_std = self.param(
             "log_std", nn.initializers.constant(spec.log_std_init), (spec.sizes[0],)
         )
-        low = jnp.asarray(spec.low, jnp.float32)
-        high = jnp.asarray(spec.high, jnp.float32)
         cls = DiagGaussian if spec.kind == "gaussian" else TanhGaussian
         return cls(out, jnp.broadcast_to(log_std, out.shape), low, high)
 

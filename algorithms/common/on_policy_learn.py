@@ -6,6 +6,7 @@ running std of discounted returns), then ``num_epochs`` passes over ``num_miniba
 minibatches of the ``M = T·NL·A_p`` samples (nested `lax.scan`), the algorithm's loss
 masked to active agents, ``clip_by_global_norm`` then Adam. Where the trajectory holds
 action masks, log-probs and entropies are those of the masked distribution, as in acting.
+Rewards are first multiplied by ``reward_scale`` (Brax's ``reward_scaling``; 1: as is).
 
 Minibatches are *stratified by env*: in each epoch every env permutes its own ``T·A_p``
 samples (key ``fold_in(k, global env index)``) and minibatch ``j`` takes the ``j``-th
@@ -183,6 +184,8 @@ def learn(
         return x.reshape(T, B, *x.shape[3:])
 
     reward, value, active = tb(tr["reward"]), tb(tr["value"]), tb(tr["active"])
+    if hp["reward_scale"] != 1.0:
+        reward = reward * hp["reward_scale"]
     ends, term = tb(tr["ends"]), tb(tr["terminated"])
     ret_norm, ret_acc = ps.ret_norm, ps.ret_acc
     if hp["normalize_rewards"]:

@@ -1,4 +1,5 @@
-"""DDPG losses and target-network arithmetic, as pure functions.
+"""DDPG losses and target-network arithmetic, as pure functions (TD3 and SAC share
+`td_target`, `ensemble_td_loss`, `soft_update` and `weighted_mean`).
 
 Dimension letters: ``B`` transitions in a batch (one agent each). Every loss is a
 mean weighted by the transitions' ``active`` flags, so inactive agents count for
@@ -21,7 +22,14 @@ import jax.numpy as jnp
 
 from algorithms.ddpg.buffer import Transition
 
-__all__ = ["actor_loss", "critic_loss", "soft_update", "td_target", "weighted_mean"]
+__all__ = [
+    "actor_loss",
+    "critic_loss",
+    "ensemble_td_loss",
+    "soft_update",
+    "td_target",
+    "weighted_mean",
+]
 
 ActorFn = Callable[[Any, jax.Array], jax.Array]  # (params, obs [B, *O]) -> [B, D]
 CriticFn = Callable[[Any, jax.Array, jax.Array], jax.Array]  # (params, obs, act) -> [B]
@@ -38,6 +46,13 @@ def td_target(
     """``r + γ (1 − terminated) Q'(s', μ'(s'))``: all ``[B]`` float32 -> ``[B]``."""
     term = terminated.astype(jnp.float32)
     return (reward + gamma * (1.0 - term) * next_q).astype(jnp.float32)
+
+
+def ensemble_td_loss(q: jax.Array, target: jax.Array, active: jax.Array) -> jax.Array:
+    """``½ Σ_k mean_active((Q_k − y)²)`` for critics ``q [K, B]`` and a fixed target
+    ``y [B]`` (each critic of a twin regresses on the same target)."""
+    err = (q - jax.lax.stop_gradient(target)[None]) ** 2
+    return 0.5 * jnp.sum(jax.vmap(weighted_mean, in_axes=(0, None))(err, active))
 
 
 def soft_update(target: Any, online: Any, tau: float | jax.Array) -> Any:

@@ -33,6 +33,7 @@ ALGO_DEFAULTS: dict[str, Any] = {
     "normalize_advantages": True,  # per minibatch, over active agents
     "normalize_obs": False,  # running mean/std per policy
     "normalize_rewards": False,  # scale rewards by a running std of discounted returns
+    "reward_scale": 1.0,  # rewards multiplied by this in learning (Brax's reward_scaling)
     "centralized_critic": False,  # MAPPO: critic on concat(global_state, own obs)
 }
 

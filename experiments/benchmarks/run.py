@@ -7,14 +7,18 @@ Suites:
   classic  CartPole env-only stepping at 1e3..1e6 envs (gymnax's scheme).
   train    end-to-end training throughput: Tag 1000 envs × (10+100) (A2C as WarpDrive
            runs it: its shared-torso network, then PPO), CartPole 10,000 envs (A2C, fc 32×32).
-  learning the learning targets: PPO CartPole (8 vmapped seeds), PPO Acrobot, DDPG
-           Pendulum, PPO Tag (the ``advnorm`` preset, 1e8 env steps; trained vs random taggers).
+  learning the learning targets: PPO CartPole (8 vmapped seeds), PPO Acrobot, DDPG, SAC
+           and TD3 Pendulum, PPO Tag (the ``advnorm`` preset, 1e8 env steps; trained vs
+           random taggers).
   quick    tiny sizes of the env and train suites, for CPUs and the test suite.
   marl_learning  Q-learning return vs wall time: PQN CartPole, VDN/QMIX/IQL MPE
            simple_spread (`experiments.benchmarks.qlearning`).
   mpe, mpe_learning, mpe_parity  the MPE suites (`experiments.benchmarks.mpe`): env-only
            stepping against JaxMARL's MPE, IPPO/MAPPO on simple_spread (10 vmapped seeds),
            10⁴-transition parity with mpe2 per scenario; mpe_quick: mpe at a tiny size.
+  locomotion_learning  PPO/SAC/TD3 on the MJX locomotion envs (when registered): evaluation
+           return against wall time, several seeds, beside Brax's PPO when importable
+           (experiments/benchmarks/locomotion_learning.py).
   scaling  data-parallel scaling on 1, 2, 4, ... devices (those present): Tag A2C
            1000 envs × (10+100) per device, CartPole A2C 10,000 envs per device; weak
            (envs per device fixed) and strong (the largest count's global batch, split).
@@ -44,6 +48,7 @@ from typing import Any
 from absl import app, flags
 
 from experiments import common
+from experiments.benchmarks import locomotion_learning
 from experiments.benchmarks.tag_config import make_tag
 
 __all__ = [
@@ -62,6 +67,7 @@ FLAGS = flags.FLAGS
 SUITES = (
     "quick", "env", "env_big", "classic", "train", "learning", "scaling", "marl_learning",
     "adapters", "recurrent", "locomotion", "mujoco_parity",
+    "locomotion_learning",
 )  # fmt: skip
 MPE_SUITES = ("mpe", "mpe_quick", "mpe_learning", "mpe_parity")  # experiments.benchmarks.mpe
 BACKENDS = ("auto", "xla", "pallas")
@@ -93,7 +99,7 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_list(
     "learning_runs",
-    ["ppo_cartpole", "ppo_acrobot", "ddpg_pendulum", "ppo_tag"],
+    ["ppo_cartpole", "ppo_acrobot", "ddpg_pendulum", "sac_pendulum", "td3_pendulum", "ppo_tag"],
     "runs of --suite=learning (also: ppo_cartpole_bf16, ppo_tag_bf16: mixed precision)",
 )
 flags.DEFINE_integer("tag_learning_steps", 100_000_000, "env steps of the Tag learning runs")
@@ -282,6 +288,8 @@ def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
         ("ppo_cartpole", load_config("cartpole"), num_seeds, 475.0),
         ("ppo_acrobot", load_config("acrobot"), 1, -100.0),
         ("ddpg_pendulum", load_config("pendulum"), 1, -200.0),
+        ("sac_pendulum", locomotion_learning.pendulum_config("sac"), 1, -200.0),
+        ("td3_pendulum", locomotion_learning.pendulum_config("td3"), 1, -200.0),
         ("ppo_tag", tag(), FLAGS.tag_seeds, 3.0),
         # mixed precision (compute_dtype bfloat16), otherwise the runs above
         ("ppo_cartpole_bf16", load_config("cartpole", **_bf16("agent")), num_seeds, 475.0),
@@ -447,6 +455,8 @@ def _run() -> None:
             records += locomotion.run_locomotion_suite(sizes, FLAGS.num_steps, FLAGS.repeats)
         else:
             records += locomotion.run_parity_suite(FLAGS.parity_states, FLAGS.parity_model)
+    if FLAGS.suite == "locomotion_learning":
+        records += locomotion_learning.run_locomotion_learning_suite()
     if FLAGS.compare:
         print("\nratios against anchors:")
         for line in compare(records, anchors):

@@ -367,8 +367,8 @@ def test_action_space_and_option_errors():
     with pytest.raises(ValueError, match="'a2c' but this is the 'ppo' trainer"):
         make_train(c)
     c = tiny()
-    c.algorithm = "sac"
-    with pytest.raises(ValueError, match="unknown algorithm 'sac'"):
+    c.algorithm = "sarsa"
+    with pytest.raises(ValueError, match="unknown algorithm 'sarsa'"):
         algorithms.make_train(c, None)
 
 

@@ -147,7 +147,7 @@ def effective(c: Any) -> dict[str, Any]:
         out.update({f"policies.{n}.{k}": v for k, v in hp.items()})
     out.update({f"run.{k}": v for k, v in {**base["run"], **d["run"]}.items()})
     # policy keys added after the record, at their defaults, change no run: left out
-    later = {**RECURRENT_POLICY_DEFAULTS, **AGENT_ID_DEFAULTS}
+    later = {**RECURRENT_POLICY_DEFAULTS, **AGENT_ID_DEFAULTS, "reward_scale": 1.0}
     name = {k: k.rsplit(".", 1)[-1] for k in out}
     return {k: v for k, v in out.items() if name[k] not in later or later[name[k]] != v}
 
@@ -252,8 +252,8 @@ def test_base_config_is_complete_and_checked():
     }
     assert c.run.to_dict() == cfg.RUN_DEFAULTS
     assert cfg.base_config("ddpg", "Pendulum-v1").run.iterations_per_chunk == 100
-    with pytest.raises(ValueError, match="unknown algorithm 'sac'"):
-        cfg.base_config("sac", "CartPole-v1")
+    with pytest.raises(ValueError, match="unknown algorithm 'sarsa'"):
+        cfg.base_config("sarsa", "CartPole-v1")
 
 
 def test_config_to_dict_is_plain_json():

@@ -1,0 +1,34 @@
+"""Multi-agent MuJoCo on MJX: ``MaMuJoCo-Ant-4x2`` (four agents, two joints each) with
+MAPPO (the default) or IPPO.
+
+Every agent has the same observation and action sizes, so the env puts them in one
+group ``"agents"`` and one policy serves them (parameter sharing). MAPPO's critic reads
+the env's ``global_state`` (the single-agent Ant observation) with the agent's own
+observation; ``ippo`` turns that off (each agent's critic sees its local observation).
+The PPO settings are those of `experiments.configs.locomotion`'s ``ant`` preset (Brax's
+Ant), which trains the same robot. Presets: ``ippo``, ``tiny``.
+
+    python -m experiments.train --config=experiments/configs/mamujoco.py
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from algorithms.common.config import parse_presets
+from experiments.configs import locomotion
+
+PRESETS = ("ippo", "tiny")
+
+
+def get_config(preset: str = "") -> ml_collections.ConfigDict:
+    """The MaMuJoCo Ant 4x2 config, with the comma-separated ``preset``s applied."""
+    presets = parse_presets(preset, PRESETS)
+    c = locomotion.get_config(",".join(["ant", *(["tiny"] if "tiny" in presets else [])]))
+    c.env_name = "MaMuJoCo-Ant-4x2"
+    agent = c.policies.agent
+    del c.policies["agent"]
+    agent.groups = ["agents"]
+    c.policies.agents = agent
+    c.algo.centralized_critic = "ippo" not in presets
+    return c
