@@ -9,8 +9,8 @@ envs × 128 steps, 4 epochs × 4 minibatches, Adam lr 0.002 annealed linearly to
 λ 0.95, relu, a 128-unit dense layer then a GRU of 128 for the actor and for the
 critic, the critic reading the env's world state (here with the agent's own
 observation, `centralized_critic`), agent IDs on, 10M env steps; env kwargs
-``see_enemy_actions``, ``walls_cause_death`` and ``attack_mode="closest"``. (JaxMARL puts one more 128-unit dense layer after the GRU;
-here the heads read the GRU's output.)
+``see_enemy_actions``, ``walls_cause_death`` and ``attack_mode="closest"``. (JaxMARL puts
+one more 128-unit dense layer after the GRU; here the heads read the GRU's output.)
 
 Presets (``--config=experiments/configs/smax.py:27m_vs_30m,mava``, comma-separated):
 ``3s5z`` (the default map), ``27m_vs_30m`` (27 marines against 30: 20M env steps),
