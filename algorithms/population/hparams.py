@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["SCALES", "HparamRange", "Slot", "from_unit", "resolve_slots"]
+__all__ = ["SCALES", "HparamRange", "Slot", "clip_to_ranges", "from_unit", "resolve_slots"]
 
 SCALES = ("linear", "log")
 

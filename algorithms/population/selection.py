@@ -26,7 +26,7 @@ import jax.numpy as jnp
 
 from algorithms.population.hparams import Slot, clip_to_ranges, from_unit
 
-__all__ = ["draws", "explore", "rank_pick", "rank_order", "truncation_plan"]
+__all__ = ["draws", "explore", "rank_order", "rank_pick", "truncation_plan"]
 
 
 def draws(key: jax.Array, num_members: int, num_slots: int, num_factors: int) -> dict:
