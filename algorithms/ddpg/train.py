@@ -19,7 +19,9 @@ Policies serve groups (parameter sharing within a policy; the groups of a policy
 the same observation shape and the same `Box` action space). Each policy has its own
 networks, optimisers, learning rates and buffer, and may override any ``config.algo``
 key for itself (e.g. ``policies.runner.noise_scale = 0.3``); a ``frozen`` policy acts
-deterministically and never learns (it keeps no buffer).
+deterministically and never learns (it keeps no buffer). The learning rates, ``gamma``,
+``tau`` and ``noise_scale`` (`HPARAM_KEYS`) are read from the policy's state
+(``PolicyState.hparams``), so vmapped members of a population may differ in them.
 
 Metrics (float32 scalars per iteration): ``loss/<policy>/actor``,
 ``loss/<policy>/critic`` (means over the iteration's gradient steps; 0 before learning
@@ -71,6 +73,7 @@ from jaxdrive.types import TimeStep
 
 __all__ = [
     "ALGO_DEFAULTS",
+    "HPARAM_KEYS",
     "POLICY_DEFAULTS",
     "RUN_DEFAULTS",
     "PolicyState",
@@ -108,6 +111,9 @@ POLICY_DEFAULTS: dict[str, Any] = {
 #: DDPG's host-loop defaults, over `algorithms.common.config.RUN_DEFAULTS`: its
 #: iterations are short (a few env steps each), so a chunk holds more of them.
 RUN_DEFAULTS: dict[str, Any] = {"iterations_per_chunk": 100}
+#: Hyper-parameters kept in each policy's state (``PolicyState.hparams``) and read from
+#: there, so that members of a population (`algorithms.population`) may differ in them.
+HPARAM_KEYS = ("actor_lr", "critic_lr", "gamma", "tau", "noise_scale")
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -130,6 +136,7 @@ class PolicyState:
     target_critic: Any  # Polyak-averaged copy of `critic`
     actor_opt: Any  # optax state of the actor's optimiser
     critic_opt: Any  # optax state of the critic's optimiser
+    hparams: dict[str, jax.Array]  # {name: [] float32} of HPARAM_KEYS (may vary per member)
 
 
 @struct.dataclass
@@ -185,8 +192,11 @@ class _Policy:
     learn_from_iter: int  # first iteration (0-based) with gradient steps
     actor: DeterministicActor  # normalised output, in [-1, 1]
     critic: QNetwork
-    actor_tx: optax.GradientTransformation
-    critic_tx: optax.GradientTransformation
+
+    def txs(self, hparams: dict[str, jax.Array]) -> tuple[Any, Any]:
+        """The actor's and the critic's optimisers at ``hparams``' learning rates."""
+        mgn = self.hp["max_grad_norm"]
+        return _optimizer(hparams["actor_lr"], mgn), _optimizer(hparams["critic_lr"], mgn)
 
     def _flat(self, obs: jax.Array) -> jax.Array:
         lead = obs.shape[: obs.ndim - len(self.obs_shape)]
@@ -252,8 +262,6 @@ def _resolve(run: cfg.RunSpec) -> dict[str, _Policy]:
                 hp["activation"],
             ),
             critic=QNetwork(hp["hidden_sizes"], hp["activation"]),
-            actor_tx=_optimizer(hp["actor_lr"], hp["max_grad_norm"]),
-            critic_tx=_optimizer(hp["critic_lr"], hp["max_grad_norm"]),
         )
     return out
 
@@ -273,13 +281,16 @@ def _init_policy(key: jax.Array, p: _Policy) -> PolicyState:
     act = jnp.zeros((1, p.action_dim), jnp.float32)
     actor = p.actor.init(k_a, obs)
     critic = p.critic.init(k_c, obs, act)
+    hparams = {k: jnp.asarray(p.hp[k], jnp.float32) for k in HPARAM_KEYS}
+    actor_tx, critic_tx = p.txs(hparams)
     return PolicyState(
         actor=actor,
         critic=critic,
         target_actor=actor,
         target_critic=critic,
-        actor_opt=p.actor_tx.init(actor),
-        critic_opt=p.critic_tx.init(critic),
+        actor_opt=actor_tx.init(actor),
+        critic_opt=critic_tx.init(critic),
+        hparams=hparams,
     )
 
 
@@ -303,16 +314,18 @@ def _policy_batch(traj: dict[str, Any], p: _Policy) -> rb.Transition:
 def _gradient_step(p: _Policy, ps: PolicyState, buf: rb.ReplayBuffer, key: jax.Array):
     """Critic step, actor step (on the new critic), then Polyak target updates."""
     batch = rb.sample(buf, key, p.hp["batch_size"])
+    hp = ps.hparams
+    actor_tx, critic_tx = p.txs(hp)
     (c_loss, q_mean), c_grads = jax.value_and_grad(losses.critic_loss, has_aux=True)(
-        ps.critic, ps.target_actor, ps.target_critic, batch, p.hp["gamma"], p.mu, p.q
+        ps.critic, ps.target_actor, ps.target_critic, batch, hp["gamma"], p.mu, p.q
     )
-    upd, critic_opt = p.critic_tx.update(c_grads, ps.critic_opt, ps.critic)
+    upd, critic_opt = critic_tx.update(c_grads, ps.critic_opt, ps.critic)
     critic = optax.apply_updates(ps.critic, upd)
     a_loss, a_grads = jax.value_and_grad(losses.actor_loss)(ps.actor, critic, batch, p.mu, p.q)
-    upd, actor_opt = p.actor_tx.update(a_grads, ps.actor_opt, ps.actor)
+    upd, actor_opt = actor_tx.update(a_grads, ps.actor_opt, ps.actor)
     actor = optax.apply_updates(ps.actor, upd)
-    tau = p.hp["tau"]
-    new = PolicyState(
+    tau = hp["tau"]
+    new = ps.replace(
         actor=actor,
         critic=critic,
         target_actor=losses.soft_update(ps.target_actor, actor, tau),
@@ -411,10 +424,10 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
             k_noise, k_rand = jax.random.split(k)
             if p.hp["noise"] == "ou":
                 x = nz.ou_step(k_noise, noise[g], p.hp["ou_theta"], p.hp["ou_sigma"])
-                eps = p.hp["noise_scale"] * x
+                eps = policies[p.name].hparams["noise_scale"] * x
             else:
                 x = noise[g]
-                eps = nz.gaussian(k_noise, mu.shape, p.hp["noise_scale"])
+                eps = nz.gaussian(k_noise, mu.shape, policies[p.name].hparams["noise_scale"])
             noisy = jnp.clip(mu + eps, -1.0, 1.0)
             if p.random_steps > 0:
                 rand = jax.random.uniform(k_rand, mu.shape, jnp.float32, -1.0, 1.0)

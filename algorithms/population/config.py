@@ -4,7 +4,7 @@ Keys (`POPULATION_DEFAULTS`):
 
 ``size`` (``P`` members), ``hparams`` (``{name: (low, high[, scale])}``: every member's
 value of that hyper-parameter is drawn from the range at the start; ``"lr"`` varies it in
-every trained policy, ``"runner.lr"`` in one; see `algorithms.population.hparams`),
+every trained policy, ``"runner/lr"`` in one; see `algorithms.population.hparams`),
 ``mode`` (``"pbt"``: the worst members copy the best ones; ``"tournament"``: the worst
 restart from leaderboard snapshots picked by rank; ``"none"``: independent members),
 ``score`` (the metric members are ranked by; ``""``: ``episode_return/<first group>``),

@@ -3,7 +3,7 @@
 A range is ``(low, high)`` or ``(low, high, scale)`` with ``scale`` ``"linear"`` (uniform
 on ``[low, high]``) or ``"log"`` (log-uniform: uniform in ``log x``, ``0 < low``). A
 *slot* is one hyper-parameter of one policy: the population config names a range either
-for every trained policy (``"lr"``) or for one (``"runner.lr"``); `resolve_slots` turns
+for every trained policy (``"lr"``) or for one (``"runner/lr"``); `resolve_slots` turns
 that into the ordered tuple of `Slot` s that every ``[P, H]`` array of hyper-parameter
 values follows (``P`` members, ``H`` slots).
 
@@ -65,7 +65,7 @@ class Slot:
 
     @property
     def label(self) -> str:
-        return f"{self.policy}.{self.name}"
+        return f"{self.policy}/{self.name}"
 
 
 def from_unit(u: jax.Array, slots: Sequence[Slot]) -> jax.Array:
@@ -90,22 +90,22 @@ def clip_to_ranges(x: jax.Array, slots: Sequence[Slot]) -> jax.Array:
 def resolve_slots(
     ranges: Mapping[str, Any], hparam_names: Mapping[str, Sequence[str]], where: str
 ) -> tuple[Slot, ...]:
-    """The slots of ``ranges`` (``{"lr": range, "runner.ent_coef": range}``) given the
+    """The slots of ``ranges`` (``{"lr": range, "runner/ent_coef": range}``) given the
     varied hyper-parameters of every trained policy (``hparam_names``), in policy order
     then key order. A bare name applies to every trained policy that has it; unknown
     policies or hyper-parameters raise ``ValueError`` naming the key."""
     slots: list[Slot] = []
     for key in ranges:
         rng = HparamRange.parse(ranges[key], f"{where}.{key}")
-        if "." in key:
-            pol, name = key.split(".", 1)
+        if "/" in key:
+            pol, name = key.split("/", 1)
             if pol not in hparam_names:
                 raise ValueError(
                     f"{where}.{key}: {pol!r} is not a trained policy; known: {list(hparam_names)}"
                 )
             targets = [pol]
         else:
-            pol, name = None, key
+            name = key
             targets = [p for p, names in hparam_names.items() if name in names]
         for p in targets:
             if name not in hparam_names[p]:
