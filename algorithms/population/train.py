@@ -103,7 +103,8 @@ def _member_config(config: Any) -> Any:
     if hasattr(config, "copy_and_resolve_references"):
         c = config.copy_and_resolve_references()
         if "population" in c:
-            del c["population"]
+            with c.unlocked():
+                del c["population"]
         return c
     return {k: copy.deepcopy(v) for k, v in as_dict(config).items() if k != "population"}
 
