@@ -281,12 +281,12 @@ def _train(pop: Any, config: Any, workdir: str, t0: float, allow_change: bool) -
         n = min(k, total - it)
         tc = time.perf_counter()
         state, metrics = (chunk if n == k else jax.jit(lambda s: pop.chunk(s, n)))(state)
+        hp = np.asarray(jax.device_get(pop.hparams(state.members)))  # those of the chunk
         due = ((it + n) // k) % pop.spec.interval_chunks == 0 or it + n == total
         state = select(state, metrics) if due else score(state, metrics)
         m = jax.device_get(metrics)
         if it == start:
             compile_s = time.perf_counter() - tc
-        hp = np.asarray(jax.device_get(pop.hparams(state.members)))
         its = np.arange(it + 1, it + n + 1)
         for i, lg in enumerate(loggers):
             row = {name: v[i] for name, v in m.items()}

@@ -14,6 +14,7 @@ import algorithms
 from algorithms.common.config import base_config
 from algorithms.population import empty_leaderboard, update_leaderboard
 from algorithms.population.hparams import HparamRange, Slot, from_unit
+from algorithms.population.resize import resize
 from algorithms.population.selection import draws, explore, rank_pick, truncation_plan
 
 P = 4
@@ -235,3 +236,22 @@ def test_from_unit_ranges():
     slots = (Slot("a", "x", HparamRange(1e-3, 1e-1, "log")), Slot("a", "y", HparamRange(-1.0, 1.0)))
     out = np.asarray(from_unit(jnp.asarray([[0.0, 0.0], [0.5, 0.5], [0.999999, 1.0]]), slots))
     np.testing.assert_allclose(out, [[1e-3, -1.0], [1e-2, 0.0], [1e-1, 1.0]], rtol=1e-4)
+
+
+def test_resize_rule(run):
+    """Growing 4 -> 6 keeps the members and adds copies of the two best (new keys,
+    explored hyper-parameters); shrinking 4 -> 2 keeps the two best in order."""
+    pop, st = run["pop"], run["state1"]
+    st = st.replace(scores=jax.numpy.asarray([1.0, 5.0, np.nan, 3.0]))
+    for size, want in ((6, [0, 1, 2, 3, 1, 3]), (2, [1, 3])):
+        big = algorithms.make_population_train(tiny_config(size=size))
+        out = resize(big, st, jax.eval_shape(big.init, jax.random.key(0)))
+        w_old = np.asarray(jax.tree.leaves(st.members.policies["agent"].params)[0])
+        w_new = np.asarray(jax.tree.leaves(out.members.policies["agent"].params)[0])
+        np.testing.assert_array_equal(w_new, w_old[want])
+        keys = np.asarray(out.members.key)
+        assert len({tuple(k) for k in keys}) == size  # every member its own key
+        hp_old, hp_new = np.asarray(pop.hparams(st.members)), np.asarray(big.hparams(out.members))
+        kept = min(size, 4)
+        np.testing.assert_array_equal(hp_new[:kept], hp_old[want[:kept]])
+        assert not np.array_equal(hp_new[kept:], hp_old[want[kept:]]) or size <= 4

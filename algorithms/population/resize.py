@@ -42,8 +42,9 @@ def resized_target(pop: Any, state: Any, old_size: int) -> Any:
 
 
 def resize(pop: Any, old: Any, like: Any) -> Any:
-    """``old`` (``P`` members) resized to ``pop.size`` by the module's rule, placed
-    like ``like`` (a fresh state of ``pop``)."""
+    """``old`` (``P`` members) resized to ``pop.size`` by the module's rule, in the
+    structure of ``like`` (a fresh or abstract state of ``pop``), split over ``pop``'s
+    devices where it has several."""
     P, new = old.scores.shape[0], pop.size
     s = np.asarray(old.scores, np.float64)
     order = sorted(range(P), key=lambda i: (-(s[i] if np.isfinite(s[i]) else -np.inf), i))
@@ -74,6 +75,4 @@ def resize(pop: Any, old: Any, like: Any) -> Any:
         generation=old.generation,
     )
     sh = pop.shardings(like)
-    if sh is None:
-        return jax.device_put(state, jax.tree.map(lambda x: x.sharding, like))
-    return jax.device_put(state, sh)
+    return state if sh is None else jax.device_put(state, sh)
