@@ -13,6 +13,8 @@ Suites:
   scaling  data-parallel scaling on 1, 2, 4, ... devices (those present): Tag A2C
            1000 envs × (10+100) per device, CartPole A2C 10,000 envs per device; weak
            (envs per device fixed) and strong (the largest count's global batch, split).
+  population  16 PPO members on CartPole vs 1, 4 on Tag 1000 envs × (10+100) vs 1, and
+           members split over 1, 2, 4, ... devices (`experiments.benchmarks.population`).
 
 Prints a table and appends one JSON line per measurement to ``--out`` (checked before
 any work; the file is rewritten atomically). A bad ``--out`` or ``--compare`` and any
@@ -46,7 +48,7 @@ __all__ = [
 ]
 
 FLAGS = flags.FLAGS
-SUITES = ("quick", "env", "env_big", "classic", "train", "learning", "scaling")
+SUITES = ("quick", "env", "env_big", "classic", "train", "learning", "scaling", "population")
 BACKENDS = ("auto", "xla", "pallas")
 flags.DEFINE_enum("suite", "quick", SUITES, "which benchmark suite to run")
 flags.DEFINE_string("out", "experiments/benchmarks/results/results.jsonl", "JSON-lines output")
@@ -402,6 +404,10 @@ def _run() -> None:
         records += run_learning_suite(FLAGS.num_seeds)
     if FLAGS.suite == "scaling":
         records += run_scaling_suite(FLAGS.train_iterations, FLAGS.repeats)
+    if FLAGS.suite == "population":
+        from experiments.benchmarks.population import population_records
+
+        records += population_records(FLAGS.train_iterations, FLAGS.repeats)
     if FLAGS.compare:
         print("\nratios against anchors:")
         for line in compare(records, anchors):
