@@ -57,7 +57,7 @@ from jaxdrive.loop import chunk_size
 from jaxdrive.runfolder import CHECKPOINT_DIR, plain_config
 from jaxdrive.runlock import RunLock
 
-__all__ = ["main", "run", "write_leaderboard"]
+__all__ = ["evaluate_league", "main", "run", "write_leaderboard"]
 
 POP_FILE = "population.jsonl"
 LEADERBOARD_FILE = "leaderboard.json"
@@ -196,6 +196,30 @@ def write_leaderboard(pop: Any, state: Any, workdir: str) -> list[str]:
         fig.savefig(path, dpi=90)
         plt.close(fig)
         out.append(path)
+    return out
+
+
+def evaluate_league(
+    league: Any, state: Any, key: jax.Array, *, episodes: int = 16
+) -> dict[str, dict[str, Any]]:
+    """Each side's live policy against its held-out opponents (the opposing pool's
+    oldest entry, a random initialisation, the opponent's latest state;
+    `algorithms.population.League.held_out`): ``{side: {opponent: returns by group}}``
+    of `experiments.common.evaluate_policy` (deterministic, ``episodes`` episodes)."""
+    import jaxdrive
+
+    c = league.trainers[league.sides[0]].config
+    env, env_params = jaxdrive.make(c["env_name"], **dict(c.get("env_kwargs") or {}))
+    k_held, k_eval = jax.random.split(key)
+    out: dict[str, dict[str, Any]] = {}
+    for side, sets in league.held_out(state, k_held).items():
+        trainer = league.trainers[side]
+        out[side] = {
+            name: common.evaluate_policy(
+                env, env_params, trainer, params, k_eval, episodes=episodes
+            )["returns"]
+            for name, params in sets.items()
+        }
     return out
 
 

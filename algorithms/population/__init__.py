@@ -1,5 +1,6 @@
 """Populations: ``P`` members with their own hyper-parameters in one compiled program,
-with PBT, a tournament leaderboard and member sharding over devices.
+with PBT, a tournament leaderboard and member sharding over devices; self-play leagues
+of two opposed policies (`algorithms.population.league`).
 
 ``from algorithms.population import make_population_train``; see
 `algorithms.population.train`.
@@ -12,6 +13,7 @@ from algorithms.population.leaderboard import (
     empty_leaderboard,
     update_leaderboard,
 )
+from algorithms.population.league import League, LeagueState, make_league
 from algorithms.population.train import (
     MEMBER_AXIS,
     Population,
@@ -25,11 +27,14 @@ __all__ = [
     "POPULATION_DEFAULTS",
     "HparamRange",
     "Leaderboard",
+    "League",
+    "LeagueState",
     "Population",
     "PopulationSpec",
     "PopulationState",
     "Slot",
     "empty_leaderboard",
+    "make_league",
     "make_population_train",
     "update_leaderboard",
 ]
