@@ -296,18 +296,18 @@ def _train(pop: Any, config: Any, workdir: str, t0: float, allow_change: bool) -
     for lg in loggers:
         lg.reconcile(start, start * per_iter)
     common.trim_jsonl(os.path.join(workdir, POP_FILE), start)
-    chunk = jax.jit(lambda s: pop.chunk(s, k))
-    select = jax.jit(lambda s, m: pop.select(pop.score(s, m)))
-    score = jax.jit(pop.score)
+    chunk = jax.jit(lambda s: _scored_chunk(pop, s, k))
+    select = jax.jit(pop.select)
     compile_s, t_train = 0.0, time.perf_counter()
     it = start
     while it < total:
         n = min(k, total - it)
         tc = time.perf_counter()
-        state, metrics = (chunk if n == k else jax.jit(lambda s: pop.chunk(s, n)))(state)
+        state, metrics = (chunk if n == k else jax.jit(lambda s: _scored_chunk(pop, s, n)))(state)
         hp = np.asarray(jax.device_get(pop.hparams(state.members)))  # those of the chunk
         due = ((it + n) // k) % pop.spec.interval_chunks == 0 or it + n == total
-        state = select(state, metrics) if due else score(state, metrics)
+        if due:
+            state = select(state)
         m = jax.device_get(metrics)
         if it == start:
             compile_s = time.perf_counter() - tc
@@ -353,6 +353,12 @@ def _train(pop: Any, config: Any, workdir: str, t0: float, allow_change: bool) -
         flush=True,
     )
     return summary
+
+
+def _scored_chunk(pop: Any, state: Any, n: int) -> tuple[Any, dict]:
+    """``n`` iterations of every member, then their scores: one program."""
+    state, metrics = pop.chunk(state, n)
+    return pop.score(state, metrics), metrics
 
 
 def _meta(pop: Any, state: Any, it: int) -> dict[str, Any]:
