@@ -1,5 +1,6 @@
-"""Self-play leagues (algorithms.population.league) on a tiny Tag: turns, pools, the
-frozen side playing the drawn snapshot, opponent sampling, held-out opponents."""
+"""Self-play leagues (algorithms.population.league) on a toy env of two groups (the
+policies named as Tag's): turns, pools, the frozen side playing the drawn snapshot,
+opponent sampling, held-out opponents."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from algorithms.common.config import base_config
 from algorithms.population.league import Pool, make_league
 from experiments.configs import tag_continuous
+from tests.toy_envs import Counter
 
 
 def _leaves_equal(a, b) -> bool:
@@ -21,12 +24,14 @@ def _leaves_equal(a, b) -> bool:
 
 @pytest.fixture(scope="module")
 def league_run():
-    c = tag_continuous.get_config("tiny")
+    c = base_config("ppo", "counter", policies={"tagger": ["red"], "runner": ["blue"]})
     c.num_envs, c.num_steps = 2, 8
     c.total_env_steps = 2 * 8 * 8
-    c.env_kwargs.episode_length = 4  # episodes end in every chunk: scores are measured
     c.algo.num_epochs, c.algo.num_minibatches = 1, 1
-    league = make_league(c, pool_size=2, sampling="prioritized")
+    for p in ("tagger", "runner"):
+        c.policies[p].hidden_sizes = (8,)
+    env = Counter(length=4)  # two opposed groups; episodes end in every chunk
+    league = make_league(c, env, env.default_params, pool_size=2, sampling="prioritized")
     state = jax.jit(league.init)(jax.random.key(0))
     chunks = {s: jax.jit(lambda st, s=s: league.chunk(st, 1, s)) for s in league.sides}
     states = [state]
