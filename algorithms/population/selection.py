@@ -6,7 +6,8 @@ entries, ``F`` perturbation factors.
 * **Truncation selection** (`truncation_plan`): members are ranked by score (ascending,
   ties by member index, NaN lowest); the ``n = max(1, floor(q·P))`` lowest copy a member
   of the ``n`` highest, member ``b`` taking the ``floor(u_b·n)``-th of them (in rank
-  order) with its own uniform draw ``u_b``.
+  order) with its own uniform draw ``u_b``; a source without a score (NaN: no episode
+  ended yet) is not copied.
 * **Explore** (`explore`): each copied member's value of each slot is, with probability
   ``resample_prob``, a fresh draw from the slot's range, else the copied value times one
   of the ``F`` factors (chosen uniformly) clipped to the range.
@@ -60,8 +61,9 @@ def truncation_plan(
     order = rank_order(scores)
     bottom, top = order[:n], order[P - n :]
     which = jnp.minimum((pick[bottom] * n).astype(jnp.int32), n - 1)
-    src = jnp.arange(P, dtype=jnp.int32).at[bottom].set(top[which])
-    copied = jnp.zeros((P,), bool).at[bottom].set(True)
+    ok = ~jnp.isnan(scores[top[which]])
+    src = jnp.arange(P, dtype=jnp.int32).at[bottom].set(jnp.where(ok, top[which], bottom))
+    copied = jnp.zeros((P,), bool).at[bottom].set(ok)
     return src, copied
 
 
