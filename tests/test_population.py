@@ -3,6 +3,8 @@ tournament selection against NumPy references, leaderboard invariants, config er
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -258,3 +260,18 @@ def test_resize_rule(run):
         kept = min(size, 4)
         np.testing.assert_array_equal(hp_new[:kept], hp_old[want[:kept]])
         assert not np.array_equal(hp_new[kept:], hp_old[want[kept:]]) or size <= 4
+
+
+def test_evaluation_episode_scores(run):
+    """``eval_episodes``: deterministic episodes per member; a population of copies of
+    one member scores that member's score everywhere; CartPole returns lie in [1, 500]."""
+    pop = dataclasses.replace(
+        run["pop"], spec=dataclasses.replace(run["pop"].spec, eval_episodes=3)
+    )
+    st = run["state1"]
+    ev = jax.jit(pop.evaluate)
+    key = jax.random.key_data(jax.random.key(4))
+    scores = np.asarray(ev(st, key))
+    assert scores.shape == (P,) and np.all((scores >= 1.0) & (scores <= 500.0))
+    same = st.replace(members=jax.tree.map(lambda x: jnp.stack([x[2]] * P), st.members))
+    np.testing.assert_allclose(np.asarray(ev(same, key)), np.full(P, scores[2]), rtol=1e-6)

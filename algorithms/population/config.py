@@ -8,6 +8,8 @@ every trained policy, ``"runner/lr"`` in one; see `algorithms.population.hparams
 ``mode`` (``"pbt"``: the worst members copy the best ones; ``"tournament"``: the worst
 restart from leaderboard snapshots picked by rank; ``"none"``: independent members),
 ``score`` (the metric members are ranked by; ``""``: ``episode_return/<first group>``),
+``eval_episodes`` (0: scores are the running episode returns of training; ``E > 0``:
+the mean return of ``E`` deterministic evaluation episodes per member),
 ``num_devices`` (devices the member axis is split over; ``P`` divisible by it),
 ``pbt`` (``interval_chunks``: chunks between selection rounds; ``truncation``: the
 fraction ``q`` that is replaced and copied from; ``perturb_factors``; ``resample_prob``)
@@ -34,6 +36,7 @@ POPULATION_DEFAULTS: dict[str, Any] = {
     "hparams": {},
     "mode": "pbt",
     "score": "",
+    "eval_episodes": 0,
     "num_devices": 1,
     "pbt": {
         "interval_chunks": 1,
@@ -53,6 +56,7 @@ class PopulationSpec:
     slots: tuple[Slot, ...]
     mode: str
     score: str
+    eval_episodes: int
     num_devices: int
     interval_chunks: int
     truncation: float
@@ -102,6 +106,7 @@ def resolve_population(
         ),
         mode=mode,
         score=score,
+        eval_episodes=integer(0)(d["eval_episodes"], f"{where}.eval_episodes"),
         num_devices=n_dev,
         interval_chunks=integer(1)(pbt["interval_chunks"], f"{where}.pbt.interval_chunks"),
         truncation=trunc,

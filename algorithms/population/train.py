@@ -13,8 +13,9 @@ ranges, which live in each policy's ``hparams`` in the runner state (see
 Selection (every ``pbt.interval_chunks`` chunks, `Population.select`):
 
 * **score**: the mean over the last chunk's iterations in which episodes ended of the
-  ``score`` metric (the running episode returns of training); a member with none keeps
-  its previous score;
+  ``score`` metric (the running episode returns of training; a member with none keeps
+  its previous score), or with ``eval_episodes`` = E > 0 the mean return of the score
+  group over E deterministic evaluation episodes of each member (`Population.evaluate`);
 * **leaderboard** (``tournament.leaderboard_size`` = K > 0): every member's learner
   state (a *snapshot*: parameters, optimiser states, normalisation statistics and
   hyper-parameters of every policy; not its envs) is merged into the K best
@@ -49,6 +50,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as Spec
 
 import algorithms
+import jaxdrive
 from algorithms.common.config import as_dict, make_env
 from algorithms.population.config import PopulationSpec, resolve_population
 from algorithms.population.hparams import from_unit
@@ -121,6 +123,8 @@ class Population:
     spec: PopulationSpec
     config: Any  # the full config (with its population section)
     mesh: Mesh | None  # the member mesh when spec.num_devices > 1
+    env: Any
+    env_params: Any
 
     @property
     def size(self) -> int:
@@ -215,12 +219,45 @@ class Population:
 
     def score(self, state: PopulationState, metrics: dict) -> PopulationState:
         """``state`` with its scores from a chunk's metrics ``{name: [P, K]}``: the mean
-        of the score metric over iterations where episodes ended; kept where none did."""
+        of the score metric over iterations where episodes ended (kept where none did);
+        with ``eval_episodes`` > 0, `evaluate` with a key folded from ``state.key`` and
+        the members' iteration count."""
+        if self.spec.eval_episodes:
+            k = jax.random.fold_in(jax.random.wrap_key_data(state.key), state.members.iteration[0])
+            return state.replace(scores=self.evaluate(state, jax.random.key_data(k)))
         ret = metrics[self.spec.score]
         ended = (metrics["episodes_done"] > 0) & jnp.isfinite(ret)
         n = jnp.sum(ended, axis=1)
         mean = jnp.sum(jnp.where(ended, ret, 0.0), axis=1) / jnp.maximum(n, 1)
         return state.replace(scores=jnp.where(n > 0, mean, state.scores).astype(jnp.float32))
+
+    def evaluate(self, state: PopulationState, key: jax.Array) -> jax.Array:
+        """``[P]`` float32: every member's mean return of the score group over
+        ``eval_episodes`` deterministic episodes (envs reset with ``key``, the same for
+        every member; rewards after an env's first ``done`` are masked out; at most the
+        env's episode length, else 1000 steps)."""
+        env, tr = self.env, self.trainer
+        E, group = self.spec.eval_episodes, self.spec.score.split("/", 1)[1]
+        venv = jaxdrive.vectorize(env, E, auto_reset=False)
+        steps = env.episode_length or 1000
+        k_reset, k_loop = jax.random.split(jnp.asarray(key))
+
+        def one(rs):
+            params = tr.get_params(rs)
+            es, ts = venv.reset(k_reset, self.env_params)
+
+            def body(carry, k):
+                es, ts, ret, alive = carry
+                a = tr.act(params, k, ts.obs, deterministic=True)
+                es, ts = venv.step(k, es, a, self.env_params)
+                r = jnp.mean(ts.reward[group], axis=-1)
+                return (es, ts, ret + jnp.where(alive, r, 0.0), alive & ~ts.done), None
+
+            carry = (es, ts, jnp.zeros((E,), jnp.float32), jnp.ones((E,), bool))
+            (_, _, ret, _), _ = jax.lax.scan(body, carry, jax.random.split(k_loop, steps))
+            return jnp.mean(ret)
+
+        return jax.vmap(one)(state.members).astype(jnp.float32)
 
     def exploit_explore(
         self, state: PopulationState, scores: jax.Array, key: jax.Array
@@ -322,4 +359,6 @@ def make_population_train(config: Any, env: Any = None, env_params: Any = None) 
                 "devices are present"
             )
         mesh = Mesh(np.asarray(devs[: spec.num_devices]), (MEMBER_AXIS,))
-    return Population(trainer=trainer, spec=spec, config=config, mesh=mesh)
+    return Population(
+        trainer=trainer, spec=spec, config=config, mesh=mesh, env=env, env_params=env_params
+    )
