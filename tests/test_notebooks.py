@@ -18,7 +18,7 @@ nbclient = pytest.importorskip("nbclient")
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NB_DIR = ROOT / "experiments" / "notebooks"
-NAMES = ("01_quickstart", "02_custom_env", "03_tag_training", "04_scaling")
+NAMES = ("01_quickstart", "02_custom_env", "03_tag_training", "04_scaling", "05_population")
 CELL_TIMEOUT = 300  # seconds per cell; the tiny sizes take a few seconds each
 
 
@@ -154,11 +154,19 @@ def check_04_scaling(nb, text: str, workdir: pathlib.Path) -> None:
     assert _count(nb, "image/png") == 1
 
 
+def check_05_population(nb, text: str, workdir: pathlib.Path) -> None:
+    assert "varied: ['agent/ent_coef', 'agent/lr']" in text
+    assert "round 1: scores" in text and "round 2: scores" in text
+    assert "rank 0: score" in text and "leaderboard best" in text
+    assert _count(nb, "image/png") == 1
+
+
 CHECKS = {
     "01_quickstart": check_01_quickstart,
     "02_custom_env": check_02_custom_env,
     "03_tag_training": check_03_tag_training,
     "04_scaling": check_04_scaling,
+    "05_population": check_05_population,
 }
 
 

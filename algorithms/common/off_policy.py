@@ -340,15 +340,17 @@ def deterministic_explore(
 ) -> tuple[jax.Array, jax.Array]:
     """``clip(μ(s) + ε, ±1)`` and the next noise state: ``ε = noise_scale · x`` for the OU
     process ``x`` (``noise == "ou"``), else ``ε ~ N(0, noise_scale²)``; ``obs [..., *O]``,
-    ``noise [..., D]`` (DDPG, TD3: the ``explore`` hook)."""
+    ``noise [..., D]`` (DDPG, TD3: the ``explore`` hook). ``noise_scale`` is the state's
+    (``ps.hparams``, a population member's) where the state holds it."""
     hp = p.hp
+    scale = getattr(ps, "hparams", {}).get("noise_scale", hp["noise_scale"])
     mu = actor_apply(p, ps.actor, obs)
     if hp["noise"] == "ou":
         x = nz.ou_step(key, noise, hp["ou_theta"], hp["ou_sigma"])
-        eps = hp["noise_scale"] * x
+        eps = scale * x
     else:
         x = noise
-        eps = nz.gaussian(key, mu.shape, hp["noise_scale"])
+        eps = nz.gaussian(key, mu.shape, scale)
     return jnp.clip(mu + eps, -1.0, 1.0), x
 
 

@@ -218,13 +218,15 @@ def _init(setup: OnPolicySetup, key: jax.Array) -> RunnerState:
             carry = initial_carry(ps.hp, (setup.run.num_envs, ps.spec.num_agents))
         else:
             params = ps.net.init(k, x, c)
+        hparams = ps.initial_hparams()
         pols[p] = PolicyState(
             params=params,
-            opt_state=ps.tx.init(params),
+            opt_state=ps.make_tx(hparams).init(params),
             obs_norm=RunningMeanStd.create((ps.obs_size,)),
             ret_norm=RunningMeanStd.create(()),
             ret_acc=jnp.zeros((setup.run.num_envs, ps.spec.num_agents), jnp.float32),
             carry=carry,
+            hparams=hparams,
         )
     return RunnerState(
         policies=pols,
@@ -247,7 +249,7 @@ def _update(setup: OnPolicySetup, rs: RunnerState) -> tuple[RunnerState, dict[st
     for p, k in zip(names, k_learn, strict=True):
         if setup.policies[p].spec.frozen:
             continue
-        ent_coef = setup.policies[p].ent_schedule(rs.iteration)
+        ent_coef = setup.policies[p].ent_coef(rs.policies[p].hparams, rs.iteration)
         new_pols[p], m = learn(
             setup, p, rs.policies[p], traj[p], last_values[p], gs_all, ent_coef, k
         )
@@ -349,6 +351,7 @@ def _state_specs(rs: RunnerState) -> RunnerState:
             ret_norm=rep(ps.ret_norm),
             ret_acc=P(DEVICE_AXIS),
             carry=shd(ps.carry),
+            hparams=rep(ps.hparams),
         )
         for p, ps in rs.policies.items()
     }

@@ -144,14 +144,14 @@ def _sequence_eval(setup: OnPolicySetup, p: str, params, obs_norm, gs_all, mb: d
     return logp.reshape(-1), ent.reshape(-1), v.reshape(-1), flat
 
 
-def _returns_scale(hp: dict, ps: PolicyState, reward, ends, active, axis):
+def _returns_scale(gamma: jax.Array, ps: PolicyState, reward, ends, active, axis):
     """Rewards divided by the running std of discounted returns (updated with this
     rollout's returns); returns ``(reward, ret_norm, ret_acc)``."""
     T, B = reward.shape
 
     def acc_body(acc, x):
         r, end = x
-        acc = acc * hp["gamma"] + r
+        acc = acc * gamma + r
         return jnp.where(end, 0.0, acc), acc
 
     ret_acc, rets = jax.lax.scan(acc_body, ps.ret_acc.reshape(B), (reward, ends))
@@ -175,7 +175,10 @@ def learn(
     ``gs_all`` ``[T·NL, C]`` global states (centralised critic) or ``None``.
     """
     pol = setup.policies[p]
-    hp, axis = pol.hp, setup.axis
+    axis = setup.axis
+    # the static hyper-parameters of the config, then the state's (maybe traced) values
+    hp = {**pol.hp, **ps.hparams}
+    tx = pol.make_tx(ps.hparams)
     T, A = setup.run.num_steps, pol.spec.num_agents
     B = setup.num_local_envs * A
     M = T * B
@@ -189,7 +192,7 @@ def learn(
     ends, term = tb(tr["ends"]), tb(tr["terminated"])
     ret_norm, ret_acc = ps.ret_norm, ps.ret_acc
     if hp["normalize_rewards"]:
-        reward, ret_norm, ret_acc = _returns_scale(hp, ps, reward, ends, active, axis)
+        reward, ret_norm, ret_acc = _returns_scale(hp["gamma"], ps, reward, ends, active, axis)
     next_values = bootstrap_values(value, last_value.reshape(B), term, ends, tb(tr["final_value"]))
     adv, targets = gae_advantages(reward, value, next_values, ends, hp["gamma"], hp["gae_lambda"])
     batch = {
@@ -249,7 +252,7 @@ def learn(
         (_, aux), grads = grad_fn(params, mb)
         grads, aux = maybe_psum((grads, aux), axis)
         aux["grad_norm"] = optax.global_norm(grads)
-        updates, opt_state = pol.tx.update(grads, opt_state, params)
+        updates, opt_state = tx.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         return (params, opt_state), aux
 
@@ -274,7 +277,7 @@ def learn(
         upd = pol.padded_norm(obs_norm).update(batch["obs"], mask, axis)
         O = pol.obs_size
         obs_norm = RunningMeanStd(mean=upd.mean[:O], var=upd.var[:O], count=upd.count)
-    new_ps = PolicyState(
+    new_ps = ps.replace(
         params=params, opt_state=opt_state, obs_norm=obs_norm, ret_norm=ret_norm, ret_acc=ret_acc
     )
     return new_ps, metrics

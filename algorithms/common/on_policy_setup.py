@@ -9,6 +9,13 @@ Dimension letters: ``T`` steps per iteration, ``N`` envs (``NL = N / D`` on each
 devices), ``A_p`` agents of policy ``p``, ``O`` its flat observation size, ``O_pad`` that
 padded to a multiple of ``input_pad_multiple``, ``C`` the centralised critic's
 global-state size, ``S`` a recurrent core's carry size (`algorithms.common.recurrent`).
+
+**Hyper-parameters as data.** The per-policy hyper-parameters that fix no shape
+(`HPARAM_KEYS`: learning rate, entropy and value coefficients, clip ε, γ, λ, max grad
+norm) live in the learner state as float32 scalars (`PolicyState.hparams`, initialised
+from the config) and the learning step reads them from there, so ``jax.vmap`` of
+``init``/``update`` over a member axis whose ``hparams`` differ trains a population with
+different hyper-parameters in one program (`algorithms.population`).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from jaxdrive.distributed import DEVICE_AXIS
 from jaxdrive.types import TimeStep
 
 __all__ = [
+    "HPARAM_KEYS",
     "LossFn",
     "OnPolicySetup",
     "PolicySetup",
@@ -49,6 +57,19 @@ __all__ = [
 #: ``aux`` must hold float32 scalars ``policy``, ``value``, ``entropy`` (more allowed).
 LossFn = Callable[..., tuple[jax.Array, dict[str, jax.Array]]]
 
+#: Hyper-parameters that may differ between members of a population: those of a
+#: policy's config among these become ``PolicyState.hparams`` (float32 scalars).
+HPARAM_KEYS = (
+    "lr",
+    "ent_coef",
+    "vf_coef",
+    "clip_eps",
+    "value_clip_eps",
+    "gamma",
+    "gae_lambda",
+    "max_grad_norm",
+)
+
 
 @struct.dataclass
 class PolicyState:
@@ -59,6 +80,7 @@ class PolicyState:
     obs_norm: RunningMeanStd  # mean/var [O] of flat observations (used if normalize_obs)
     ret_norm: RunningMeanStd  # mean/var [] of discounted returns (used if normalize_rewards)
     ret_acc: jax.Array  # [N, A_p] float32 running discounted return per agent slot
+    hparams: dict[str, jax.Array]  # {name: [] float32}, the HPARAM_KEYS of its config
     # recurrent policies: {"actor" | "critic": [N, A_p, S] float32} carries of the next
     # observation's step (zeros where an episode just ended); None for feed-forward ones
     carry: Any = None
@@ -82,7 +104,6 @@ class PolicySetup:
     spec: PolicySpec
     action_spec: ActionSpec
     net: ActorCritic | RecurrentActorCritic
-    tx: optax.GradientTransformation
     obs_size: int  # O: flat observation size (the agent-ID features included)
     in_size: int  # O_pad: O padded to a multiple of input_pad_multiple
     epochs: int
@@ -90,7 +111,8 @@ class PolicySetup:
     # dtype of the stored trajectory's observations: the network's compute dtype when
     # the network casts them to it first thing (no normalisation in between), else float32
     obs_dtype: Any
-    ent_schedule: Callable[[jax.Array], jax.Array]
+    num_updates: int  # gradient steps of the whole run (the lr schedule's length)
+    num_iterations: int  # iterations of the whole run (the entropy schedule's length)
     # agent_ids: [A_p, F] float32 one-hot agent (and group) indices appended to the flat
     # observations (jaxdrive.agent_ids.agent_id_features over the policy's groups)
     id_features: np.ndarray | None = None
@@ -111,6 +133,29 @@ class PolicySetup:
             return x
         ids = jnp.asarray(self.id_features, x.dtype)
         return jnp.concatenate([x, jnp.broadcast_to(ids, (*x.shape[:-1], ids.shape[1]))], -1)
+
+    def initial_hparams(self) -> dict[str, jax.Array]:
+        """``{name: [] float32}``: the config's values of the `HPARAM_KEYS` it has."""
+        return {k: jnp.asarray(self.hp[k], jnp.float32) for k in HPARAM_KEYS if k in self.hp}
+
+    def make_tx(self, hparams: dict[str, jax.Array]) -> optax.GradientTransformation:
+        """``clip_by_global_norm(max_grad_norm)`` then Adam at ``lr`` (through the
+        ``lr_schedule``), both read from ``hparams`` (traced values allowed); the state
+        structure does not depend on the values."""
+        lr = make_schedule(self.hp["lr_schedule"], hparams["lr"], 0.0, self.num_updates)
+        return optax.chain(
+            optax.clip_by_global_norm(hparams["max_grad_norm"]),
+            optax.adam(lr, eps=self.hp["adam_eps"]),
+        )
+
+    def ent_coef(self, hparams: dict[str, jax.Array], iteration: jax.Array) -> jax.Array:
+        """The entropy coefficient of ``iteration``: ``hparams["ent_coef"]`` through the
+        ``ent_schedule`` (to ``ent_coef_final``)."""
+        hp = self.hp
+        sched = make_schedule(
+            hp["ent_schedule"], hparams["ent_coef"], hp["ent_coef_final"], self.num_iterations
+        )
+        return sched(iteration)
 
     def flat_obs(self, obs: jax.Array, lead: int) -> jax.Array:
         """``[*lead_dims, *O] -> [*lead_dims, O_pad]`` float32: padded with one 1.0 (the
@@ -291,23 +336,17 @@ def _policy_setup(spec: PolicySpec, run: RunSpec, single_step: bool) -> PolicySe
     net = _network(spec, action_spec, obs_size, padded)
     bf16 = hp["compute_dtype"] == "bfloat16" and not hp["normalize_obs"]
     n_iter = run.num_iterations
-    lr = make_schedule(hp["lr_schedule"], hp["lr"], 0.0, n_iter * epochs * minibatches)
-    tx = optax.chain(
-        optax.clip_by_global_norm(hp["max_grad_norm"]), optax.adam(lr, eps=hp["adam_eps"])
-    )
     return PolicySetup(
         spec=spec,
         action_spec=action_spec,
         net=net,
-        tx=tx,
         obs_size=obs_size,
         in_size=in_size,
         epochs=epochs,
         minibatches=minibatches,
         obs_dtype=jnp.bfloat16 if bf16 else jnp.float32,
-        ent_schedule=make_schedule(
-            hp["ent_schedule"], hp["ent_coef"], hp["ent_coef_final"], n_iter
-        ),
+        num_updates=n_iter * epochs * minibatches,
+        num_iterations=n_iter,
         id_features=ids,
     )
 

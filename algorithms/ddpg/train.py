@@ -49,6 +49,7 @@ import functools
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import optax
 from flax import struct
@@ -62,6 +63,7 @@ from jaxdrive.training import Trainer
 
 __all__ = [
     "ALGO_DEFAULTS",
+    "HPARAM_KEYS",
     "POLICY_DEFAULTS",
     "RUN_DEFAULTS",
     "PolicyState",
@@ -93,6 +95,9 @@ POLICY_DEFAULTS: dict[str, Any] = {
 #: DDPG's host-loop defaults, over `algorithms.common.config.RUN_DEFAULTS`: its
 #: iterations are short (a few env steps each), so a chunk holds more of them.
 RUN_DEFAULTS: dict[str, Any] = {"iterations_per_chunk": 100}
+#: Hyper-parameters kept in each policy's state (``PolicyState.hparams``) and read from
+#: there, so that members of a population (`algorithms.population`) may differ in them.
+HPARAM_KEYS = ("actor_lr", "critic_lr", "gamma", "tau", "noise_scale")
 
 RunnerState = op.RunnerState
 to_env_action = op.to_env_action
@@ -115,14 +120,20 @@ class PolicyState:
     target_critic: Any  # Polyak-averaged copy of `critic`
     actor_opt: Any  # optax state of the actor's optimiser
     critic_opt: Any  # optax state of the critic's optimiser
+    hparams: dict[str, jax.Array]  # {name: [] float32} of HPARAM_KEYS (may vary per member)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Nets:
     actor: DeterministicActor  # normalised output, in [-1, 1]
     critic: QNetwork
-    actor_tx: optax.GradientTransformation
-    critic_tx: optax.GradientTransformation
+    max_grad_norm: float
+
+    def txs(self, hparams: dict[str, jax.Array]) -> tuple[Any, Any]:
+        """The actor's and the critic's optimisers at ``hparams``' learning rates (traced
+        values allowed; the optimiser states' structure does not depend on them)."""
+        mgn = self.max_grad_norm
+        return op.optimizer(hparams["actor_lr"], mgn), op.optimizer(hparams["critic_lr"], mgn)
 
 
 def _build(p: op.OffPolicy) -> _Nets:
@@ -130,39 +141,43 @@ def _build(p: op.OffPolicy) -> _Nets:
     return _Nets(
         actor=op.deterministic_actor(p),
         critic=QNetwork(hp["hidden_sizes"], hp["activation"]),
-        actor_tx=op.optimizer(hp["actor_lr"], hp["max_grad_norm"]),
-        critic_tx=op.optimizer(hp["critic_lr"], hp["max_grad_norm"]),
+        max_grad_norm=hp["max_grad_norm"],
     )
 
 
 def _init_policy(key: jax.Array, p: op.OffPolicy) -> PolicyState:
-    """Fresh actor and critic parameters (targets equal to them) and optimiser states."""
+    """Fresh actor and critic parameters (targets equal to them), optimiser states, and
+    the config's `HPARAM_KEYS` values."""
     actor, critic = op.init_networks(key, p)
+    hparams = {k: jnp.asarray(p.hp[k], jnp.float32) for k in HPARAM_KEYS}
+    actor_tx, critic_tx = p.nets.txs(hparams)
     return PolicyState(
         actor=actor,
         critic=critic,
         target_actor=actor,
         target_critic=critic,
-        actor_opt=p.nets.actor_tx.init(actor),
-        critic_opt=p.nets.critic_tx.init(critic),
+        actor_opt=actor_tx.init(actor),
+        critic_opt=critic_tx.init(critic),
+        hparams=hparams,
     )
 
 
 def _gradient_step(p: op.OffPolicy, ps: PolicyState, buf: rb.ReplayBuffer, key: jax.Array):
     """Critic step, actor step (on the new critic), then Polyak target updates."""
     mu, q = functools.partial(op.actor_apply, p), functools.partial(op.critic_apply, p)
-    nets = p.nets
+    hp = ps.hparams
+    actor_tx, critic_tx = p.nets.txs(hp)
     batch = rb.sample(buf, key, p.hp["batch_size"])
     (c_loss, q_mean), c_grads = jax.value_and_grad(losses.critic_loss, has_aux=True)(
-        ps.critic, ps.target_actor, ps.target_critic, batch, p.hp["gamma"], mu, q
+        ps.critic, ps.target_actor, ps.target_critic, batch, hp["gamma"], mu, q
     )
-    upd, critic_opt = nets.critic_tx.update(c_grads, ps.critic_opt, ps.critic)
+    upd, critic_opt = critic_tx.update(c_grads, ps.critic_opt, ps.critic)
     critic = optax.apply_updates(ps.critic, upd)
     a_loss, a_grads = jax.value_and_grad(losses.actor_loss)(ps.actor, critic, batch, mu, q)
-    upd, actor_opt = nets.actor_tx.update(a_grads, ps.actor_opt, ps.actor)
+    upd, actor_opt = actor_tx.update(a_grads, ps.actor_opt, ps.actor)
     actor = optax.apply_updates(ps.actor, upd)
-    tau = p.hp["tau"]
-    new = PolicyState(
+    tau = hp["tau"]
+    new = ps.replace(
         actor=actor,
         critic=critic,
         target_actor=losses.soft_update(ps.target_actor, actor, tau),

@@ -52,7 +52,7 @@ def value_loss(
     values: jax.Array,
     targets: jax.Array,
     old_values: jax.Array | None = None,
-    clip_eps: float | None = None,
+    clip_eps: float | jax.Array | None = None,
     mask: jax.Array | None = None,
 ) -> jax.Array:
     """Half squared error to the targets, clipped around ``old_values`` if ``clip_eps``."""
@@ -83,7 +83,7 @@ def ppo_loss(
     """
     mask = mb["mask"]
     pg = clipped_policy_loss(logp, mb["old_logp"], mb["advantage"], hp["clip_eps"], mask)
-    vclip = float(hp["value_clip_eps"]) if hp["clip_value"] else None
+    vclip = hp["value_clip_eps"] if hp["clip_value"] else None
     vl = value_loss(values, mb["target"], mb["old_value"], vclip, mask)
     ent = entropy_bonus(entropy, mask)
     total = pg + hp["vf_coef"] * vl - ent_coef * ent

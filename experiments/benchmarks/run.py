@@ -30,6 +30,8 @@ Suites:
   locomotion     MJX Humanoid-v5/Ant-v5 env-only stepping at ``--locomotion_envs`` beside
            raw ``vmap(mjx.step)`` and Brax's MJX envs (`experiments.benchmarks.locomotion`).
   mujoco_parity  ``--parity_states`` one-step comparisons per MJX env with Gymnasium v5.
+  population  16 PPO members on CartPole vs 1, 4 on Tag 1000 envs × (10+100) vs 1, and
+           members split over 1, 2, 4, ... devices (`experiments.benchmarks.population`).
 
 Prints a table and appends one JSON line per measurement to ``--out`` (checked before
 any work; the file is rewritten atomically). A bad ``--out`` or ``--compare`` and any
@@ -66,8 +68,7 @@ __all__ = [
 FLAGS = flags.FLAGS
 SUITES = (
     "quick", "env", "env_big", "classic", "train", "learning", "scaling", "marl_learning",
-    "adapters", "recurrent", "locomotion", "mujoco_parity",
-    "locomotion_learning",
+    "adapters", "recurrent", "locomotion", "mujoco_parity", "locomotion_learning", "population",
 )  # fmt: skip
 MPE_SUITES = ("mpe", "mpe_quick", "mpe_learning", "mpe_parity")  # experiments.benchmarks.mpe
 BACKENDS = ("auto", "xla", "pallas")
@@ -457,6 +458,10 @@ def _run() -> None:
             records += locomotion.run_parity_suite(FLAGS.parity_states, FLAGS.parity_model)
     if FLAGS.suite == "locomotion_learning":
         records += locomotion_learning.run_locomotion_learning_suite()
+    if FLAGS.suite == "population":
+        from experiments.benchmarks.population import population_records
+
+        records += population_records(FLAGS.train_iterations, FLAGS.repeats)
     if FLAGS.compare:
         print("\nratios against anchors:")
         for line in compare(records, anchors):

@@ -4,7 +4,7 @@
     python -m experiments.notebooks.build_notebooks --check  # exit 1 when one is stale
 
 Each notebook's cells are the ``CELLS`` list of its module (`quickstart`, `custom_env`,
-`tag_training`, `scaling`), made by `cells.md` (markdown) and `cells.code`. The files
+`tag_training`, `scaling`, `population`), made by `cells.md` (markdown) and `cells.code`. The files
 hold no outputs and fixed cell ids (``<notebook>-<index>``), so a rebuild gives the same
 bytes; ``tests/test_notebooks.py`` checks that and executes every notebook at tiny sizes
 (``JAXDRIVE_NOTEBOOK_SMALL=1``). Code cells must stay ``ruff format``-clean: ruff checks
@@ -19,7 +19,7 @@ import sys
 
 import nbformat
 
-from experiments.notebooks import custom_env, quickstart, scaling, tag_training
+from experiments.notebooks import custom_env, population, quickstart, scaling, tag_training
 from experiments.notebooks.cells import Cell
 
 __all__ = ["NOTEBOOKS", "build", "main", "render"]
@@ -31,6 +31,7 @@ NOTEBOOKS: dict[str, list[Cell]] = {
     "02_custom_env": custom_env.CELLS,
     "03_tag_training": tag_training.CELLS,
     "04_scaling": scaling.CELLS,
+    "05_population": population.CELLS,
 }
 
 

@@ -1,0 +1,124 @@
+"""``python -m experiments.population``: the run folder, members split over two forced
+CPU devices, a resume on one device that continues the run, and errors."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = "--config=experiments/configs/population.py:cartpole,tiny"
+ARGS = [
+    "--config.run.iterations_per_chunk=1",
+    "--config.run.checkpoint_every_chunks=1",
+    "--config.run.keep_checkpoints=10",
+    "--config.population.pbt.interval_chunks=2",
+]
+
+
+def _script(args: list[str], devices: int = 1) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["JAX_PLATFORMS"] = "cpu"
+    flags = env.get("XLA_FLAGS", "")
+    if devices > 1:
+        flags += f" --xla_force_host_platform_device_count={devices}"
+    env["XLA_FLAGS"] = flags.strip()
+    return subprocess.run(
+        [sys.executable, "-m", "experiments.population", CONFIG, *args],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+def _members(workdir) -> list[list[dict]]:
+    out = []
+    for i in range(4):
+        with open(os.path.join(workdir, "members", f"{i:03d}", "metrics.jsonl")) as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+        out.append([{"iteration": r["iteration"], **r["metrics"]} for r in recs])
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """A run on 2 devices, then the same folder cut back to its iteration-2 checkpoint
+    and resumed on 1 device."""
+    wd = str(tmp_path_factory.mktemp("pop") / "run")
+    first = _script([f"--workdir={wd}", "--num_devices=2", *ARGS], devices=2)
+    assert first.returncode == 0, first.stderr[-3000:]
+    saved = {
+        "members": _members(wd),
+        "leaderboard": json.load(open(os.path.join(wd, "leaderboard.json"))),
+        "rounds": open(os.path.join(wd, "population.jsonl")).read(),
+        "summary": json.load(open(os.path.join(wd, "summary.json"))),
+        "files": sorted(os.listdir(wd)),
+    }
+    for step in ("3", "4"):
+        shutil.rmtree(os.path.join(wd, "checkpoints", step))
+    second = _script([f"--workdir={wd}", *ARGS])
+    assert second.returncode == 0, second.stderr[-3000:]
+    return wd, saved, second
+
+
+def test_run_folder(two_runs):
+    wd, saved, _ = two_runs
+    for name in ("config.json", "leaderboard.json", "leaderboard.png", "population.jsonl",
+                 "summary.json", "members", "checkpoints"):  # fmt: skip
+        assert name in saved["files"], name
+    assert saved["summary"]["devices"].startswith("cpu: 2 ×")
+    assert sorted(os.listdir(os.path.join(wd, "members"))) == ["000", "001", "002", "003"]
+    assert os.path.isdir(os.path.join(wd, "members", "000", "tb"))
+    rounds = [json.loads(x) for x in saved["rounds"].splitlines()]
+    assert [r["iteration"] for r in rounds] == [2, 4]
+    assert set(rounds[0]["hparams"]) == {"agent/clip_eps", "agent/ent_coef", "agent/lr"}
+    entries = saved["leaderboard"]["entries"]
+    assert entries and [e["rank"] for e in entries] == list(range(len(entries)))
+    assert all(a["score"] >= b["score"] for a, b in itertools.pairwise(entries))
+    for recs in saved["members"]:
+        assert [r["iteration"] for r in recs] == [1, 2, 3, 4]
+        assert "hparams/agent/lr" in recs[0]
+
+
+def test_resume_on_one_device_continues_exactly(two_runs):
+    """Resumed from iteration 2 on 1 device: iterations 3-4 of every member, the
+    selection rounds and the leaderboard equal the uninterrupted 2-device run's (to
+    float32 rounding: the batched kernels sum over 2 or 4 members in another order)."""
+    wd, saved, second = two_runs
+    assert "resumed from iteration 2" in second.stderr
+    now = _members(wd)
+    for a, b in zip(saved["members"], now, strict=True):
+        assert len(b) == 4
+        for ra, rb in zip(a, b, strict=True):
+            assert set(ra) == set(rb)
+            for key in ra:
+                if key != "iteration":
+                    # 2 -> 1 device: the same program up to the summation order of
+                    # batched kernels over 2 or 4 members
+                    np.testing.assert_allclose(rb[key], ra[key], rtol=1e-5, atol=1e-6, err_msg=key)
+    assert open(os.path.join(wd, "population.jsonl")).read().count("\n") == 2
+    lb = json.load(open(os.path.join(wd, "leaderboard.json")))
+    for ea, eb in zip(saved["leaderboard"]["entries"], lb["entries"], strict=True):
+        assert ea["member"] == eb["member"] and ea["generation"] == eb["generation"]
+        np.testing.assert_allclose(eb["score"], ea["score"], rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--num_devices=3"], "config.population.size=4 is not divisible"),
+        (["--config.population.mode=evolve"], "config.population.mode must be one of"),
+    ],
+)
+def test_script_errors(tmp_path, args, match):
+    wd = str(tmp_path / "bad")
+    out = _script([f"--workdir={wd}", *args])
+    assert out.returncode == 2
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and match in last, out.stderr[-2000:]
+    assert not os.path.exists(wd)  # refused before anything was written
