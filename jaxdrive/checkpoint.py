@@ -96,6 +96,34 @@ def _abstract(x: Any) -> Any:
     return jax.ShapeDtypeStruct(arr.shape, arr.dtype)
 
 
+def _is_empty(x: Any) -> bool:
+    shape = getattr(x, "shape", None)
+    return shape is not None and 0 in tuple(shape)
+
+
+def _drop_empty(tree: Any) -> Any:
+    """``tree`` with its zero-size leaves (e.g. MuJoCo MJX's ``act`` of a model without
+    activations) replaced by ``None``: orbax cannot store them, and their content is
+    known from the restore target's shape and dtype."""
+    return jax.tree.map(lambda x: None if _is_empty(x) else x, tree)
+
+
+def _fill_empty(target: Any, restored: Any) -> Any:
+    """``restored`` (saved by way of `_drop_empty`) in ``target``'s structure, with an
+    empty array of the target's shape, dtype and sharding at each zero-size leaf."""
+    leaves, treedef = jax.tree.flatten(target)
+    it = iter(jax.tree.leaves(restored))
+    out = []
+    for t in leaves:
+        if not _is_empty(t):
+            out.append(next(it))
+            continue
+        a = _abstract(t)
+        empty = np.zeros(a.shape, a.dtype)
+        out.append(jax.device_put(empty, a.sharding) if a.sharding is not None else empty)
+    return jax.tree.unflatten(treedef, out)
+
+
 def _key_impl(x: Any) -> Any:
     if isinstance(x, jax.Array):
         return jax.random.key_impl(x)
@@ -326,9 +354,10 @@ class Checkpointer:
 
         meta = dict(metadata or {})
         meta.setdefault("step", step)
+        state = _drop_empty(_keys_to_data(state))
         meta["digest"] = {"kind": _DIGEST_KIND, "leaves": state_digest(state)}
         args = ocp.args.Composite(
-            state=ocp.args.StandardSave(_keys_to_data(state)),
+            state=ocp.args.StandardSave(state),
             metadata=ocp.args.JsonSave(json.loads(json.dumps(meta, default=str))),
         )
         try:
@@ -371,7 +400,7 @@ class Checkpointer:
         import orbax.checkpoint as ocp
 
         step = self._check_step(step)
-        abstract = jax.tree.map(_abstract, target)
+        abstract = _drop_empty(jax.tree.map(_abstract, target))
         try:
             out = self._mgr(create=False).restore(
                 step,
@@ -388,7 +417,7 @@ class Checkpointer:
         if verify:
             _verify(step, out["state"], meta)
         meta.pop("digest", None)
-        return _restore_keys(target, out["state"]), meta
+        return _restore_keys(target, _fill_empty(target, out["state"])), meta
 
     def verify(self, step: int | None = None) -> dict[str, Any]:
         """Reads ``step`` (default: the latest) as saved, with no target structure, and

@@ -239,3 +239,24 @@ def test_wrong_values_are_refused(tmp_path):
         got = ckpt.restore_newest({"w": jnp.zeros(3)})
         assert got.step == 1 and "digest mismatch" in got.skipped[0][1]
         assert ckpt.verify(1)["iteration"] == 1
+
+
+def test_zero_size_leaves_round_trip(tmp_path):
+    """Empty arrays (MJX's ``act`` of a model without activations) are not stored: they
+    come back from the target's shape and dtype, and the digest covers the rest."""
+    state = {
+        "x": jnp.arange(6.0).reshape(2, 3),
+        "act": jnp.zeros((4, 0), jnp.float32),
+        "nested": {"empty": jnp.zeros((0,), jnp.int32), "key": jax.random.key(3)},
+    }
+    with Checkpointer(tmp_path / "ckpt") as ckpt:
+        ckpt.save(5, state, {"iteration": 5})
+        restored, meta = ckpt.restore(jax.tree.map(jnp.zeros_like, state))
+        assert ckpt.verify(5)["iteration"] == 5
+    assert meta["iteration"] == 5
+    np.testing.assert_array_equal(restored["x"], state["x"])
+    assert restored["act"].shape == (4, 0) and restored["act"].dtype == jnp.float32
+    assert restored["nested"]["empty"].shape == (0,)
+    np.testing.assert_array_equal(
+        jax.random.key_data(restored["nested"]["key"]), jax.random.key_data(state["nested"]["key"])
+    )
