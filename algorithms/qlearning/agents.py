@@ -260,7 +260,9 @@ def make_trainer(
         get_params=get_params,
         act=make_act(pols, run.env),
         init_carry=(
-            make_init_carry(pols) if any(p.hp["gru_size"] > 0 for p in pols.values()) else None
+            make_init_carry(pols)
+            if any(p.hp.get("gru_size", 0) > 0 for p in pols.values())
+            else None
         ),
     )
 
