@@ -11,8 +11,8 @@ Chunk boundaries sit at multiples of the chunk size from iteration 0 (`chunk_siz
 nearest divisor of the iterations down to half of ``iterations_per_chunk``, so one
 executable serves the whole run; logged once). Fixed boundaries make a resumed run call
 the same executables on the same states as an uninterrupted one: bitwise equal numbers.
-The runner state is donated to each chunk. Chunks are compiled ahead of time; the log
-says how long the first took and whether the persistent compilation cache supplied it.
+The runner state is donated to each chunk, compiled ahead of time (the log says how
+long that took and whether the persistent compilation cache supplied it).
 
 Run folder written under ``workdir`` (every part optional when ``workdir`` is None)::
 
@@ -21,9 +21,8 @@ Run folder written under ``workdir`` (every part optional when ``workdir`` is No
     workdir/checkpoints/<n>/   orbax checkpoint after n iterations (state + metadata)
     workdir/run.lock           the advisory lock of the process writing the folder
 
-Resuming (`jaxdrive.runfolder`): the newest checkpoint that restores and verifies is
-used (damaged newer ones move to ``checkpoints.discarded/``); metrics and TensorBoard are
-cut back to it (`jaxdrive.logging`).
+Resuming (`jaxdrive.runfolder`): from the newest checkpoint that restores and verifies
+(damaged newer ones move to ``checkpoints.discarded/``), metrics and TensorBoard cut back.
 """
 
 from __future__ import annotations
@@ -75,10 +74,8 @@ class TrainingDivergedError(RuntimeError):
 
 @dataclasses.dataclass
 class ChunkInfo:
-    """What ``on_chunk`` receives after each chunk (after logging and divergence checks).
-
-    ``metrics``: ``{name: [K]}`` host arrays; ``iterations``/``env_steps``: ``[K]``.
-    """
+    """What ``on_chunk`` receives after each chunk (after logging and divergence checks);
+    arrays are on the host."""
 
     start_iteration: int  # iterations done before the chunk
     end_iteration: int  # iterations done after it
@@ -91,10 +88,7 @@ class ChunkInfo:
 
 @dataclasses.dataclass
 class History:
-    """The iterations this call ran (a resumed call holds only the new ones).
-
-    ``iteration``, ``env_steps``: ``[n]``; ``metrics``: ``{name: [n]}``.
-    """
+    """The iterations this call ran (a resumed call holds only the new ones)."""
 
     iteration: np.ndarray  # [n] int64, 1-based
     env_steps: np.ndarray  # [n] int64
@@ -110,9 +104,7 @@ class History:
     @property
     def env_steps_done(self) -> int:
         """Env steps run by this call."""
-        if len(self.env_steps) == 0:
-            return 0
-        return int(self.env_steps[-1]) - self.start_env_steps
+        return int(self.env_steps[-1]) - self.start_env_steps if len(self.env_steps) else 0
 
     def env_steps_per_second(self, *, include_compile: bool = False) -> float:
         """Throughput of this call: env steps / (train [+ compile] seconds)."""
