@@ -116,9 +116,11 @@ def evaluate_policy(
 
     Each of the ``episodes`` envs runs from reset until its first ``done`` (or
     ``max_steps``, default the env's episode length or 1000); rewards after that are
-    masked out. Returns ``{"episodes", "deterministic", "max_steps", "episode_length":
-    mean, "returns": {g: {"mean", "std", "min", "max"}}}`` where an episode's return of
-    group ``g`` is the mean over its agents of each agent's summed reward.
+    masked out. Returns ``{"episodes", "deterministic", "max_steps", "unfinished",
+    "nonfinite", "episode_length": mean, "returns": {g: {"mean", "std", "min", "max"}}}``
+    where an episode's return of group ``g`` is the mean over its agents of each agent's
+    summed reward; ``unfinished`` counts episodes still running at ``max_steps`` and
+    ``nonfinite`` the non-finite returns (over groups).
     """
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be an integer >= 1, got {episodes!r}")
@@ -132,6 +134,7 @@ def evaluate_policy(
         "deterministic": bool(deterministic),
         "max_steps": max_steps,
         "unfinished": int(np.sum(alive)),
+        "nonfinite": int(sum(np.sum(~np.isfinite(r)) for r in rets.values())),
         "episode_length": float(np.mean(length)),
         "returns": {
             g: {

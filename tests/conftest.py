@@ -7,11 +7,10 @@ in a temporary folder (removed when the run ends), so each program compiles once
 run. A ``JAX_COMPILATION_CACHE_DIR`` already set is used as it is and kept;
 ``JAXDRIVE_TEST_XLA_CACHE=0`` turns the shared cache off.
 
-The scripts and notebooks the tests start run tiny programs, whose time is XLA's
-compile time: they compile without the CPU backend's expensive LLVM passes (``XLA_FLAGS``
-set for child processes once the test process's own backend has started, so the
-in-process tests, some of which compare two compiled forms bit for bit, keep XLA's
-default passes; ``JAXDRIVE_TEST_FAST_COMPILE=0`` keeps the defaults everywhere).
+The tests run tiny programs, whose time is XLA's compile time: the test processes, and
+the scripts and notebooks they start, compile without the CPU backend's expensive LLVM
+passes (``XLA_FLAGS``, set before jax starts; ``JAXDRIVE_TEST_FAST_COMPILE=0`` keeps
+XLA's defaults).
 """
 
 from __future__ import annotations
@@ -21,15 +20,21 @@ import shutil
 import sys
 import tempfile
 
-import pytest
-
 _OWNED_CACHE: list[str] = []
 
 
+_FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+
+
 def pytest_configure(config) -> None:
-    """Set the cache's environment before any test imports jax (workers inherit it)."""
+    """Set the compile flags and the cache's environment before any test imports jax
+    (workers and child processes inherit them)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
+    if os.environ.get("JAXDRIVE_TEST_FAST_COMPILE") != "0":
+        flags = os.environ.get("XLA_FLAGS", "")
+        if _FAST_COMPILE not in flags:
+            os.environ["XLA_FLAGS"] = f"{flags} {_FAST_COMPILE}".strip()
     if os.environ.get("JAXDRIVE_TEST_XLA_CACHE") == "0":  # no cache, also in the scripts
         os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
         return
@@ -53,23 +58,3 @@ def pytest_unconfigure(config) -> None:
     for path in _OWNED_CACHE:
         shutil.rmtree(path, ignore_errors=True)
     _OWNED_CACHE.clear()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _fast_compile_in_child_processes():
-    """``XLA_FLAGS`` with the fast-compile flags for the processes tests start (module
-    docstring); this process's backend starts first, with the flags it had."""
-    if os.environ.get("JAXDRIVE_TEST_FAST_COMPILE") == "0":
-        yield
-        return
-    import jax
-
-    jax.devices()  # this process's backend reads XLA_FLAGS now, not later
-    old = os.environ.get("XLA_FLAGS")
-    fast = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-    os.environ["XLA_FLAGS"] = f"{old or ''} {fast}".strip()
-    yield
-    if old is None:
-        os.environ.pop("XLA_FLAGS", None)
-    else:
-        os.environ["XLA_FLAGS"] = old

@@ -142,6 +142,39 @@ def test_final_returns_weight_iterations_by_episodes_done():
     np.testing.assert_allclose(_final_returns(sparse, last=5)["episode_return/agent"], -150.0)
 
 
+def test_seed_summary_iqm_and_bootstrap_interval():
+    import numpy as np
+    from scipy import stats
+
+    from experiments.benchmarks.training import seed_summary
+
+    rng = np.random.default_rng(3)
+    for n in (1, 3, 4, 10, 17):
+        v = rng.normal(size=n)
+        out = seed_summary(v, resamples=500)
+        assert out["n"] == n and np.isclose(out["mean"], v.mean())
+        assert np.isclose(out["iqm"], stats.trim_mean(v, 0.25))
+        lo, hi = out["iqm_ci95"]
+        assert v.min() <= lo <= hi <= v.max()
+    # an outlier moves the mean, not the IQM
+    v = np.array([1.0, 2.0, 3.0, 4.0, 1000.0])
+    assert seed_summary(v)["iqm"] == 3.0
+    with pytest.raises(ValueError, match="at least one"):
+        seed_summary([])
+
+
+def test_time_to_return_reads_the_smoothed_curve():
+    import numpy as np
+
+    from experiments.benchmarks.training import time_to_return
+
+    curve = np.array([np.nan, -10.0, -8.0, np.nan, -4.0, -2.0, -1.0, 0.0])
+    # 2-iteration windows (NaN skipped): none, -10, -9, -8, -4, -3, -1.5, -0.5
+    assert time_to_return(curve, -3.0, 2.0, 8.0, window=2) == 2.0 + 8.0 * 6 / 8
+    assert time_to_return(curve, 1.0, 2.0, 8.0, window=2) is None
+    assert time_to_return(curve, -10.0, 0.0, 8.0, window=1) == 2.0
+
+
 def test_timed_calls_refuse_host_transfers():
     """A benchmark call that copies to the device inside the timed region fails."""
     import jax

@@ -147,6 +147,7 @@ def learning_curve(
                 "wall_s": round(time.perf_counter() - t0, 2),
                 "eval_return": ev["returns"][group]["mean"],
                 "eval_return_std": ev["returns"][group]["std"],
+                "eval_nonfinite": ev["nonfinite"],
                 "train_return": train_return,
             }
         )

@@ -12,9 +12,13 @@ dead-code-eliminated). The figure is the median of ``repeats`` calls after a war
 
 ``--suite=mpe_learning``: IPPO (and MAPPO) on ``simple_spread`` with JaxMARL's published
 hyper-parameters and budget (`experiments/configs/mpe.py`), 10 seeds vmapped in one
-program: final return per seed and wall time (compile included); the return is also given
-in JaxMARL's logged units (its ``MPELogWrapper`` multiplies each agent's reward by the
-number of agents).
+program: final return per seed (the mean of the episodes that ended in the last 5
+iterations), over seeds the mean, the interquartile mean and its 95% bootstrap interval,
+and wall time (compile included, and compile alone). Returns are also given in
+JaxMARL's logged units (its ``MPELogWrapper`` multiplies each agent's reward by the
+number of agents). With ``--mpe_reference_return=R`` (JaxMARL units: the final return
+of JaxMARL's own script, run beside ours), each record adds the wall time at which the
+seeds' mean training return (5-iteration window) first reaches ``R``.
 
 ``--suite=mpe_parity``: every scenario, discrete (mpe2's counts) and continuous (other
 counts): `jaxdrive.testing.check_env` (it raises on failure) and 10⁴ transitions from
@@ -31,8 +35,15 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from absl import flags
 
 import jaxdrive
+
+flags.DEFINE_float(
+    "mpe_reference_return",
+    None,
+    "--suite=mpe_learning: a return (JaxMARL's units) whose first crossing time to report",
+)
 
 __all__ = ["ENV_SIZES", "run_mpe_suite", "time_jaxmarl", "time_ours"]
 
@@ -162,25 +173,39 @@ def _env_suite(sizes: tuple[int, ...], num_steps: int, repeats: int) -> list[dic
 
 
 def _learning_suite(num_seeds: int) -> list[dict[str, Any]]:
-    from experiments.benchmarks.training import learning_run, load_config
+    from experiments.benchmarks.training import learning_run, load_config, time_to_return
 
+    reference = flags.FLAGS.mpe_reference_return
     records = []
     for preset in ("spread", "spread,mappo"):
         config = load_config("mpe", preset)
         out = learning_run(config, num_seeds=num_seeds)
         for k in ("_runner_state", "_trainer", "_env"):
             out.pop(k)
+        curves = out.pop("_curves")
         # JaxMARL's MPELogWrapper logs each agent's reward times the number of agents
         agents = jaxdrive.make(config.env_name, **dict(config.env_kwargs))[0].total_agents
         returns = out["final_returns"]
         mean = {k: sum(v) / len(v) for k, v in returns.items()}
         jaxmarl_units = {k: round(v * agents, 2) for k, v in mean.items()}
         out.update(bench="mpe_learning", preset=preset, return_in_jaxmarl_units=jaxmarl_units)
+        run_s = out["wall_s_incl_compile"] - out["compile_s"]
+        if reference is not None:
+            out["reference_return"] = reference
+            out["wall_s_to_reference"] = {
+                k: time_to_return(c, reference / agents, out["compile_s"], run_s)
+                for k, c in curves.items()
+            }
         records.append(out)
+        iqm = {
+            k: f"{v['iqm']:.2f} [{v['iqm_ci95'][0]:.2f}, {v['iqm_ci95'][1]:.2f}]"
+            for k, v in out["summary"].items()
+        }
         print(
             f"mpe_learning {preset:<14} {num_seeds} seeds  {out['total_env_steps']:,} env steps"
-            f"  wall {out['wall_s_incl_compile']:.1f}s  mean final return per agent "
-            f"{ {k: round(v, 2) for k, v in mean.items()} } (JaxMARL's units: {jaxmarl_units})",
+            f"  wall {out['wall_s_incl_compile']:.1f}s (compile {out['compile_s']:.1f}s)  "
+            f"final return per agent IQM [95% CI] {iqm} (JaxMARL's units, mean: "
+            f"{jaxmarl_units})  to the reference: {out.get('wall_s_to_reference')}",
             flush=True,
         )
     return records

@@ -304,6 +304,7 @@ def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
             continue
         out = learning_run(config, num_seeds=seeds)
         rs, trainer, env = out.pop("_runner_state"), out.pop("_trainer"), out.pop("_env")
+        out.pop("_curves")
         out.update(bench="learning", name=name, target=target, **info)
         if name.startswith("ppo_tag"):
             _, env_params = jaxdrive.make(config.env_name, **dict(config.env_kwargs))

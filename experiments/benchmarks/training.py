@@ -3,7 +3,10 @@
 Throughput: a compiled chunk of ``K`` whole iterations (rollout + learning) is called
 once to compile, then ``repeats`` times; env steps/s = K · N · T / median seconds.
 Learning: full training runs (``jax.vmap`` over seeds where asked) timed from the
-first call (compile included), with the final episode returns.
+first call (compile included), with the final episode returns, summarised over seeds
+as `seed_summary` (mean, interquartile mean and its 95% bootstrap interval, as
+``rliable`` reports them), and the curve of the seeds' mean return per iteration, from
+which `time_to_return` reads when a return is first reached.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import functools
 import importlib
 import statistics
 import time
+import warnings
 from typing import Any
 
 import jax
@@ -27,7 +31,9 @@ __all__ = [
     "evaluate_tag_tagging_seeds",
     "learning_run",
     "load_config",
+    "seed_summary",
     "set_dotted",
+    "time_to_return",
     "time_training",
 ]
 
@@ -107,23 +113,81 @@ def _final_returns(metrics: dict[str, jax.Array], last: int) -> dict[str, np.nda
     return out
 
 
+def seed_summary(values: Any, resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """Summary of one score per seed ``values [S]``: ``n``, ``mean``, ``iqm`` (the mean
+    of the middle half: the lowest and highest ``⌊S/4⌋`` scores dropped) and ``iqm_ci95``,
+    the 2.5th and 97.5th percentiles of the IQM over ``resamples`` bootstrap resamples of
+    the seeds (with replacement)."""
+    v = np.asarray(values, np.float64).ravel()
+    if v.size == 0:
+        raise ValueError("seed_summary needs at least one score")
+
+    def iqm(x: np.ndarray) -> np.ndarray:  # x: [..., S]
+        x = np.sort(x, axis=-1)
+        cut = x.shape[-1] // 4
+        return x[..., cut : x.shape[-1] - cut].mean(-1)
+
+    idx = np.random.default_rng(seed).integers(0, v.size, (resamples, v.size))
+    boot = iqm(v[idx])
+    return {
+        "n": int(v.size),
+        "mean": float(v.mean()),
+        "iqm": float(iqm(v)),
+        "iqm_ci95": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))],
+    }
+
+
+def time_to_return(
+    curve: Any, target: float, compile_s: float, run_s: float, window: int = 5
+) -> float | None:
+    """Seconds until the mean-over-seeds return ``curve [K]`` (per iteration; NaN where
+    no episode ended) first reaches ``target``, averaged over ``window`` iterations: the
+    compile time plus that iteration's share of the run time (iterations take equal
+    time); ``None`` if never."""
+    c = np.asarray(curve, np.float64)
+    k = c.size
+    ok = np.isfinite(c)
+    filled = np.where(ok, c, 0.0)
+    sums = np.convolve(filled, np.ones(window), "full")[:k]
+    counts = np.convolve(ok.astype(np.float64), np.ones(window), "full")[:k]
+    smooth = np.where(counts > 0, sums / np.maximum(counts, 1), -np.inf)
+    hit = np.nonzero(smooth >= target)[0]
+    return None if hit.size == 0 else round(compile_s + run_s * (hit[0] + 1) / k, 2)
+
+
 def learning_run(config, num_seeds: int = 1, last: int = 5) -> dict[str, Any]:
     """Trains ``config`` on ``num_seeds`` vmapped seeds; returns final returns per seed
-    (mean over the last ``last`` iterations), wall time including compile."""
+    (mean over the last ``last`` iterations) and their `seed_summary`, wall time
+    including compile (and the compile time alone), and each group's curve: the mean
+    over seeds of the per-iteration mean episode return (``[K]``, NaN where no episode
+    ended)."""
     env, _, trainer = _build(config)
     keys = jax.random.split(jax.random.PRNGKey(int(config.seed)), num_seeds)
     t0 = time.perf_counter()
-    rs, metrics = jax.block_until_ready(jax.jit(jax.vmap(trainer))(keys))
+    program = jax.jit(jax.vmap(trainer)).lower(keys).compile()
+    compile_s = time.perf_counter() - t0
+    rs, metrics = jax.block_until_ready(program(keys))
     wall = time.perf_counter() - t0
     returns = _final_returns(metrics, last)
     best = {k: np.asarray(v).tolist() for k, v in returns.items()}
+    done = np.asarray(metrics["episodes_done"], np.float64)  # [S, K]
+    curves = {}
+    for name, values in metrics.items():
+        if name.startswith("episode_return/"):
+            v = np.where(done > 0, np.asarray(values, np.float64), np.nan)
+            with warnings.catch_warnings():  # iterations in which no seed ended one
+                warnings.simplefilter("ignore", RuntimeWarning)
+                curves[name] = np.nanmean(v.reshape(-1, v.shape[-1]), axis=0)
     return {
         "env": config.env_name,
         "algorithm": config.algorithm,
         "num_seeds": num_seeds,
         "total_env_steps": trainer.num_iterations * trainer.env_steps_per_iteration,
         "wall_s_incl_compile": round(wall, 2),
+        "compile_s": round(compile_s, 2),
         "final_returns": best,
+        "summary": {k: seed_summary(v) for k, v in returns.items()},
+        "_curves": curves,
         "_runner_state": rs,
         "_trainer": trainer,
         "_env": env,
