@@ -62,7 +62,10 @@ def _eval_program(
     if key in _EVAL_PROGRAMS:  # the entry holds trainer and env: their ids stay theirs
         return _EVAL_PROGRAMS[key][2]
     policy = _policy(trainer, deterministic)
-    venv = jaxdrive.vectorize(env, episodes, auto_reset=False)
+    # Ended envs reset and play on, their rewards masked: stepping a terminal state
+    # instead (a fallen MJX humanoid sinking through a floor that only its feet touch)
+    # can diverge, and a non-finite state is not guaranteed to stay in its own env.
+    venv = jaxdrive.vectorize(env, episodes)
     groups = env.groups
 
     @jax.jit
@@ -71,7 +74,7 @@ def _eval_program(
         state, ts = venv.reset(k_reset, env_params)
         ret0 = {g: jnp.zeros((episodes, env.num_agents(g)), jnp.float32) for g in groups}
         alive0 = jnp.ones((episodes,), bool)
-        # recurrent policies' carries (no resets: each env plays one episode)
+        # recurrent policies' carries (no resets: only each env's first episode counts)
         init_carry = getattr(trainer, "init_carry", None)
         hc0 = None if init_carry is None else init_carry((episodes,))
 
