@@ -1,0 +1,225 @@
+"""PBT learning benchmark (``--suite=population_learning``): PBT against a
+fixed-hyper-parameter population of the same size and budget.
+
+Task: DDPG on Pendulum-v1 (`experiments.configs.population`'s ``pendulum`` preset:
+`experiments.configs.pendulum`'s settings, actor and critic learning rates, τ and
+exploration noise drawn from wide ranges, members scored by deterministic evaluation
+episodes). Both populations start from the same key, so from the same members with the
+same hyper-parameters; they run the same compiled chunk program (``iterations_per_chunk``
+iterations of every member, then their evaluation scores); PBT adds a selection round
+(exploit and explore) after every chunk but the last, the fixed population none.
+``--popl_seeds`` whole experiments run at once, vmapped over a seed axis.
+
+After every chunk the host reads the scores ``[S, P]`` (the one transfer per chunk) and
+notes the wall time since training started (compile excluded; reported apart). Per
+seed:
+
+* **time to target**: PBT's is the first chunk end at which its best member's score
+  reaches ``--popl_target``; the fixed population's median member's is the median over
+  members of each member's first such time (``None``: not reached), its best member's
+  the earliest;
+* **final return**: every member plays ``--popl_final_episodes`` fresh deterministic
+  episodes; a population's best member is the one with the highest last score (chosen
+  before the final episodes), its median the median over members.
+
+One JSON record with both curves (best and median score per chunk and seed, against
+wall time) and the figures above; one printed line per population and per summary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import flags
+
+import algorithms
+from experiments.benchmarks.timing import device_info
+
+__all__ = ["learning_config", "population_learning_records", "run_population"]
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("popl_members", 8, "members of each population", lower_bound=2)
+flags.DEFINE_integer("popl_seeds", 3, "seeds of the whole experiment (vmapped)", lower_bound=1)
+flags.DEFINE_integer("popl_env_steps", 100_000, "env steps per member", lower_bound=1)
+flags.DEFINE_float("popl_target", -200.0, "target evaluation return")
+flags.DEFINE_integer("popl_final_episodes", 32, "final evaluation episodes per member")
+
+
+def learning_config(members: int, env_steps: int, tiny: bool = False) -> Any:
+    """The ``pendulum`` population config with ``members`` members training
+    ``env_steps`` env steps each (``tiny``: its tiny sizes, for tests)."""
+    from experiments.configs import population
+
+    c = population.get_config("pendulum,tiny" if tiny else "pendulum")
+    c.population.size = members
+    c.population.tournament.leaderboard_size = 0
+    c.total_env_steps = env_steps
+    return c
+
+
+@dataclasses.dataclass(frozen=True)
+class _Programs:
+    """The experiment's compiled programs, each over a leading seed axis ``S``."""
+
+    init: Any  # keys [S, 2] -> PopulationState
+    chunk: Any  # state -> state (a chunk of every member, then scores)
+    select: Any  # state -> state (one PBT round)
+    final: Any  # (state, keys [S, 2]) -> [S, P] final evaluation returns
+    lower_s: float
+    compile_s: float
+
+
+def _compile(pop: Any, seeds: int, iterations: int, final_episodes: int) -> _Programs:
+    final_pop = dataclasses.replace(
+        pop, spec=dataclasses.replace(pop.spec, eval_episodes=final_episodes)
+    )
+
+    def chunk(state):
+        state, metrics = pop.chunk(state, iterations)
+        return pop.score(state, metrics)
+
+    keys = jax.ShapeDtypeStruct((seeds, 2), jnp.uint32)
+    t0 = time.perf_counter()
+    shape = jax.eval_shape(jax.vmap(pop.init), keys)
+    lowered = [
+        jax.jit(jax.vmap(pop.init)).lower(keys),
+        jax.jit(jax.vmap(chunk)).lower(shape),
+        jax.jit(jax.vmap(pop.select)).lower(shape),
+        jax.jit(jax.vmap(final_pop.evaluate)).lower(shape, keys),
+    ]
+    lower_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(len(lowered)) as ex:
+        progs = list(ex.map(lambda low: low.compile(), lowered))
+    compile_s = time.perf_counter() - t0
+    return _Programs(*progs, lower_s=round(lower_s, 2), compile_s=round(compile_s, 2))
+
+
+def run_population(
+    progs: _Programs, keys: jax.Array, final_keys: jax.Array, num_chunks: int, pbt: bool
+) -> dict[str, np.ndarray]:
+    """One vmapped experiment: ``num_chunks`` chunks (PBT: a selection round after every
+    chunk but the last). Returns ``times [C]`` (seconds since training started at each
+    chunk's end), ``scores [C, S, P]`` (each chunk's, before its selection round) and
+    ``final [S, P]`` (the final evaluation)."""
+    state = jax.block_until_ready(progs.init(keys))
+    times, scores = [], []
+    t0 = time.perf_counter()
+    for c in range(num_chunks):
+        state = progs.chunk(state)
+        if pbt and c + 1 < num_chunks:
+            state = progs.select(state)
+        scores.append(np.asarray(state.scores))  # the loop's only transfer
+        times.append(time.perf_counter() - t0)
+    final = np.asarray(progs.final(state, final_keys))
+    return {"times": np.asarray(times), "scores": np.stack(scores), "final": final}
+
+
+def _first_times(times: np.ndarray, scores: np.ndarray, target: float) -> np.ndarray:
+    """``[S, P]`` the first time each member's score reaches ``target`` (inf: never)."""
+    hit = np.nan_to_num(scores, nan=-np.inf) >= target  # [C, S, P]
+    first = np.where(hit.any(0), hit.argmax(0), -1)
+    return np.where(first >= 0, times[np.maximum(first, 0)], np.inf)
+
+
+def _finite(x: np.ndarray) -> list[float | None]:
+    return [None if not np.isfinite(v) else round(float(v), 3) for v in np.ravel(x)]
+
+
+def summarize(pbt: dict, fixed: dict, target: float) -> dict[str, Any]:
+    """Per-seed times to target and final returns of PBT (its best member), the fixed
+    population's median member and its best member (see the module docstring)."""
+    t_pbt = _first_times(pbt["times"], pbt["scores"], target).min(1)  # best member's
+    t_fixed = _first_times(fixed["times"], fixed["scores"], target)  # [S, P]
+    seeds = np.arange(t_fixed.shape[0])
+
+    def best_final(run):
+        last = np.nan_to_num(run["scores"][-1], nan=-np.inf)
+        return run["final"][seeds, last.argmax(1)]
+
+    return {
+        "time_to_target_s": {
+            "pbt": _finite(t_pbt),
+            "fixed_median_member": _finite(np.median(t_fixed, 1)),
+            "fixed_best_member": _finite(t_fixed.min(1)),
+        },
+        "final_return": {
+            "pbt_best": _finite(best_final(pbt)),
+            "pbt_median": _finite(np.median(pbt["final"], 1)),
+            "fixed_best": _finite(best_final(fixed)),
+            "fixed_median": _finite(np.median(fixed["final"], 1)),
+        },
+    }
+
+
+def _curve(run: dict) -> dict[str, Any]:
+    s = np.nan_to_num(run["scores"], nan=-np.inf)
+    return {
+        "wall_s": _finite(run["times"]),
+        "best": [_finite(x) for x in s.max(2)],  # [C][S]
+        "median": [_finite(x) for x in np.median(s, 2)],
+        "training_s": round(float(run["times"][-1]), 3),
+    }
+
+
+def population_learning_records(
+    members: int | None = None,
+    seeds: int | None = None,
+    env_steps: int | None = None,
+    target: float | None = None,
+    final_episodes: int | None = None,
+    tiny: bool = False,
+) -> list[dict[str, Any]]:
+    """The suite's record (see the module docstring); ``None`` arguments come from the
+    ``--popl_*`` flags; ``tiny``: the config's tiny sizes (CPUs, tests)."""
+    members = members or FLAGS.popl_members
+    seeds = seeds or FLAGS.popl_seeds
+    env_steps = env_steps or FLAGS.popl_env_steps
+    target = FLAGS.popl_target if target is None else target
+    final_episodes = final_episodes or FLAGS.popl_final_episodes
+    config = learning_config(members, env_steps, tiny)
+    pop = algorithms.make_population_train(config)
+    iters = int(config.run.iterations_per_chunk)
+    num_chunks = max(1, pop.trainer.num_iterations // iters)
+    progs = _compile(pop, seeds, iters, final_episodes)
+    root = jax.random.key(int(config.seed))
+    keys = jax.random.key_data(jax.random.split(root, seeds))
+    final_keys = jax.random.key_data(jax.random.split(jax.random.fold_in(root, 1), seeds))
+    run_population(progs, keys, final_keys, 1, pbt=True)  # warm-up: first-call costs
+    runs = {}
+    for name in ("pbt", "fixed"):
+        runs[name] = run_population(progs, keys, final_keys, num_chunks, pbt=name == "pbt")
+        print(
+            f"population_learning {name:<5} {members} members x {seeds} seeds  "
+            f"{num_chunks} chunks in {runs[name]['times'][-1]:.1f} s  best final "
+            f"{_finite(np.nanmax(runs[name]['final'], 1))}",
+            flush=True,
+        )
+    rec = {
+        "bench": "population_learning",
+        "env": config.env_name,
+        "algorithm": config.algorithm,
+        "members": members,
+        "seeds": seeds,
+        "env_steps_per_member": num_chunks * iters * pop.trainer.env_steps_per_iteration,
+        "chunk_iterations": iters,
+        "eval_episodes": pop.spec.eval_episodes,
+        "final_episodes": final_episodes,
+        "hparams": {s.label: [s.range.low, s.range.high, s.range.scale] for s in pop.slots},
+        "target": target,
+        "lower_s": progs.lower_s,
+        "compile_s": progs.compile_s,
+        **summarize(runs["pbt"], runs["fixed"], target),
+        "curves": {name: _curve(run) for name, run in runs.items()},
+        **device_info(),
+    }
+    for what in ("time_to_target_s", "final_return"):
+        for k, v in rec[what].items():
+            print(f"population_learning {what:<16} {k:<20} {v}", flush=True)
+    return [rec]
