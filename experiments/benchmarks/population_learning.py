@@ -24,6 +24,18 @@ seed:
 
 One JSON record with both curves (best and median score per chunk and seed, against
 wall time) and the figures above; one printed line per population and per summary.
+
+**Self-play on Tag** (``--popl_parts=league``, `league_records`): two leagues
+(`algorithms.population.make_league`) on Tag (the ``advnorm`` preset,
+``--popl_league_envs`` envs × 100 steps), one drawing each turn's opponent from the
+other side's pool by ``--popl_league_sampling``, one always playing the opponent's
+latest snapshot, each for ``--popl_league_env_steps`` env steps in turns of
+``--popl_league_turn_iterations`` iterations, ``--popl_seeds`` seeds vmapped, the same
+keys for both. Then each run's taggers play one episode of ``--popl_league_eval_envs``
+envs against every held-out runner set: a randomly initialised one and the final
+runners of the other seeds of both leagues (runners neither tagger trained against);
+the record holds runners tagged per episode per set, their mean per seed, and the
+mean and standard deviation over seeds.
 """
 
 from __future__ import annotations
@@ -41,7 +53,16 @@ from absl import flags
 import algorithms
 from experiments.benchmarks.timing import device_info
 
-__all__ = ["learning_config", "population_learning_records", "run_population"]
+__all__ = [
+    "PARTS",
+    "league_records",
+    "learning_config",
+    "population_learning_records",
+    "run_population",
+    "summarize",
+]
+
+PARTS = ("pbt", "league")
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("popl_members", 8, "members of each population", lower_bound=2)
@@ -49,6 +70,15 @@ flags.DEFINE_integer("popl_seeds", 3, "seeds of the whole experiment (vmapped)",
 flags.DEFINE_integer("popl_env_steps", 100_000, "env steps per member", lower_bound=1)
 flags.DEFINE_float("popl_target", -200.0, "target evaluation return")
 flags.DEFINE_integer("popl_final_episodes", 32, "final evaluation episodes per member")
+flags.DEFINE_list("popl_parts", ["pbt"], f"parts of --suite=population_learning, of {list(PARTS)}")
+flags.DEFINE_enum(
+    "popl_league_sampling", "prioritized", ["uniform", "prioritized"], "the league's opponents"
+)
+flags.DEFINE_integer("popl_league_env_steps", 20_000_000, "env steps of each league run")
+flags.DEFINE_integer("popl_league_envs", 1000, "Tag envs of the league runs")
+flags.DEFINE_integer("popl_league_turn_iterations", 10, "iterations per league turn")
+flags.DEFINE_integer("popl_league_pool", 8, "snapshots in each side's pool")
+flags.DEFINE_integer("popl_league_eval_envs", 64, "envs of each held-out evaluation episode")
 
 
 def learning_config(members: int, env_steps: int, tiny: bool = False) -> Any:
@@ -168,21 +198,10 @@ def _curve(run: dict) -> dict[str, Any]:
     }
 
 
-def population_learning_records(
-    members: int | None = None,
-    seeds: int | None = None,
-    env_steps: int | None = None,
-    target: float | None = None,
-    final_episodes: int | None = None,
-    tiny: bool = False,
-) -> list[dict[str, Any]]:
-    """The suite's record (see the module docstring); ``None`` arguments come from the
-    ``--popl_*`` flags; ``tiny``: the config's tiny sizes (CPUs, tests)."""
-    members = members or FLAGS.popl_members
-    seeds = seeds or FLAGS.popl_seeds
-    env_steps = env_steps or FLAGS.popl_env_steps
-    target = FLAGS.popl_target if target is None else target
-    final_episodes = final_episodes or FLAGS.popl_final_episodes
+def pbt_record(
+    members: int, seeds: int, env_steps: int, target: float, final_episodes: int, tiny: bool
+) -> dict[str, Any]:
+    """The PBT part's record (see the module docstring)."""
     config = learning_config(members, env_steps, tiny)
     pop = algorithms.make_population_train(config)
     iters = int(config.run.iterations_per_chunk)
@@ -217,9 +236,148 @@ def population_learning_records(
         "compile_s": progs.compile_s,
         **summarize(runs["pbt"], runs["fixed"], target),
         "curves": {name: _curve(run) for name, run in runs.items()},
-        **device_info(),
     }
     for what in ("time_to_target_s", "final_return"):
         for k, v in rec[what].items():
             print(f"population_learning {what:<16} {k:<20} {v}", flush=True)
-    return [rec]
+    return rec
+
+
+def _train_league(league: Any, keys: jax.Array, turns: int, iterations: int) -> tuple[Any, float]:
+    """``turns`` turns of ``league`` (sides alternating, the first side first) on the
+    seeds of ``keys [S, 2]``; returns the final state and the wall seconds (compile
+    included)."""
+    t0 = time.perf_counter()
+    state = jax.jit(jax.vmap(league.init))(keys)
+    programs = {
+        side: jax.jit(jax.vmap(lambda st, side=side: league.chunk(st, iterations, side)[0]))
+        for side in league.sides
+    }
+    for t in range(turns):
+        state = programs[league.sides[t % 2]](state)
+    jax.block_until_ready(state)
+    return state, time.perf_counter() - t0
+
+
+def league_records(
+    sampling: str,
+    seeds: int,
+    env_steps: int,
+    num_envs: int,
+    turn_iterations: int,
+    pool_size: int,
+    eval_envs: int,
+    tiny: bool = False,
+) -> dict[str, Any]:
+    """The self-play part's record (see the module docstring); ``tiny``: Tag's tiny
+    preset (CPUs)."""
+    import jaxdrive
+    from algorithms.population import make_league
+    from experiments.benchmarks.training import evaluate_tag_tagging, load_config
+
+    preset = "tiny" if tiny else "advnorm"
+    over = {} if tiny else {"num_envs": num_envs, "num_steps": 100}
+    config = load_config("tag_continuous", preset, total_env_steps=env_steps, **over)
+    env, env_params = jaxdrive.make(config.env_name, **dict(config.env_kwargs))
+    keys = jax.random.key_data(jax.random.split(jax.random.key(int(config.seed)), seeds))
+    runs: dict[str, dict[str, Any]] = {}
+    for name in ("latest", sampling):
+        league = make_league(config, env, env_params, pool_size=pool_size, sampling=name)
+        per_turn = turn_iterations * league.trainers["tagger"].env_steps_per_iteration
+        turns = max(2, env_steps // per_turn)
+        state, wall = _train_league(league, keys, turns, turn_iterations)
+        runs[name] = {"league": league, "state": state, "wall": wall, "turns": turns}
+        print(f"population_learning league {name:<11} {turns} turns in {wall:.1f} s", flush=True)
+    evaluator = runs["latest"]["league"].trainers["tagger"]  # one tagging program for all
+
+    def side(name: str, s: int, policy: str) -> dict[str, Any]:
+        ps = jax.tree.map(lambda x: x[s], runs[name]["state"].live[policy])
+        return {"params": ps.params, "obs_norm": ps.obs_norm}
+
+    fresh = evaluator.init(jax.random.PRNGKey(10_000)).policies["runner"]
+    held = {"random": lambda s: {"params": fresh.params, "obs_norm": fresh.obs_norm}}
+    for name in runs:
+        for j in range(seeds):
+            held[f"{name}/seed{j}"] = lambda s, name=name, j=j: side(name, j, "runner")
+    out: dict[str, Any] = {}
+    for name in runs:
+        per_seed = []
+        for s in range(seeds):
+            sets = [k for k in held if not k.endswith(f"/seed{s}")]
+            tags = {
+                k: evaluate_tag_tagging(
+                    env, env_params, evaluator,
+                    {"tagger": side(name, s, "tagger"), "runner": held[k](s)},
+                    eval_envs, seed=s,
+                )["tags_per_episode_trained_taggers"]
+                for k in sets
+            }  # fmt: skip
+            per_seed.append({"mean": float(np.mean(list(tags.values()))), "by_runners": tags})
+        means = [p["mean"] for p in per_seed]
+        out[name] = {
+            "tags_per_episode_mean": float(np.mean(means)),
+            "tags_per_episode_std": float(np.std(means)),
+            "per_seed": per_seed,
+            "wall_s_incl_compile": round(runs[name]["wall"], 2),
+            "turns": runs[name]["turns"],
+        }
+        print(
+            f"population_learning league {name:<11} taggers vs held-out runners: "
+            f"{np.mean(means):.2f} ± {np.std(means):.2f} tags per episode "
+            f"(per seed {[round(m, 2) for m in means]})",
+            flush=True,
+        )
+    return {
+        "bench": "population_learning_league",
+        "env": config.env_name,
+        "num_envs": int(config.num_envs),
+        "env_steps_per_run": env_steps,
+        "seeds": seeds,
+        "pool_size": pool_size,
+        "turn_iterations": turn_iterations,
+        "eval_envs": eval_envs,
+        "leagues": out,
+    }
+
+
+def population_learning_records(
+    members: int | None = None,
+    seeds: int | None = None,
+    env_steps: int | None = None,
+    target: float | None = None,
+    final_episodes: int | None = None,
+    tiny: bool = False,
+    parts: tuple[str, ...] = ("pbt",),
+) -> list[dict[str, Any]]:
+    """The suite's records (see the module docstring), one per part of ``parts`` (the
+    ``--popl_parts`` flag when run by `experiments.benchmarks.run`); ``None`` arguments
+    come from the ``--popl_*`` flags; ``tiny``: the configs' tiny sizes (CPUs, tests)."""
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        raise ValueError(f"--popl_parts: unknown {unknown}; known: {list(PARTS)}")
+    seeds = seeds or FLAGS.popl_seeds
+    info = device_info()
+    records = []
+    if "pbt" in parts:
+        rec = pbt_record(
+            members or FLAGS.popl_members,
+            seeds,
+            env_steps or FLAGS.popl_env_steps,
+            FLAGS.popl_target if target is None else target,
+            final_episodes or FLAGS.popl_final_episodes,
+            tiny,
+        )
+        records.append({**rec, **info})
+    if "league" in parts:
+        rec = league_records(
+            FLAGS.popl_league_sampling,
+            seeds,
+            FLAGS.popl_league_env_steps,
+            FLAGS.popl_league_envs,
+            FLAGS.popl_league_turn_iterations,
+            FLAGS.popl_league_pool,
+            FLAGS.popl_league_eval_envs,
+            tiny,
+        )
+        records.append({**rec, **info})
+    return records
