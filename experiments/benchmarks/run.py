@@ -464,7 +464,7 @@ def _run() -> None:
     if FLAGS.suite == "population":
         records += population.population_records(FLAGS.train_iterations, FLAGS.repeats)
     if FLAGS.suite == "population_learning":
-        records += population_learning.population_learning_records()
+        records += population_learning.population_learning_records(parts=tuple(FLAGS.popl_parts))
     if FLAGS.compare:
         print("\nratios against anchors:")
         for line in compare(records, anchors):
