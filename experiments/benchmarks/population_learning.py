@@ -20,7 +20,8 @@ seed:
   the earliest;
 * **final return**: every member plays ``--popl_final_episodes`` fresh deterministic
   episodes; a population's best member is the one with the highest last score (chosen
-  before the final episodes), its median the median over members.
+  before the final episodes), its median the median over members (a diverged member,
+  NaN, counted as the lowest; ``None`` where that is the median).
 
 One JSON record with both curves (best and median score per chunk and seed, against
 wall time) and the figures above; one printed line per population and per summary.
@@ -158,6 +159,11 @@ def _first_times(times: np.ndarray, scores: np.ndarray, target: float) -> np.nda
     return np.where(first >= 0, times[np.maximum(first, 0)], np.inf)
 
 
+def _median(x: np.ndarray) -> np.ndarray:
+    """Median over the last axis, a NaN (a diverged member) counted as the lowest."""
+    return np.median(np.nan_to_num(x, nan=-np.inf), -1)
+
+
 def _finite(x: np.ndarray) -> list[float | None]:
     return [None if not np.isfinite(v) else round(float(v), 3) for v in np.ravel(x)]
 
@@ -181,9 +187,9 @@ def summarize(pbt: dict, fixed: dict, target: float) -> dict[str, Any]:
         },
         "final_return": {
             "pbt_best": _finite(best_final(pbt)),
-            "pbt_median": _finite(np.median(pbt["final"], 1)),
+            "pbt_median": _finite(_median(pbt["final"])),
             "fixed_best": _finite(best_final(fixed)),
-            "fixed_median": _finite(np.median(fixed["final"], 1)),
+            "fixed_median": _finite(_median(fixed["final"])),
         },
     }
 
@@ -193,7 +199,7 @@ def _curve(run: dict) -> dict[str, Any]:
     return {
         "wall_s": _finite(run["times"]),
         "best": [_finite(x) for x in s.max(2)],  # [C][S]
-        "median": [_finite(x) for x in np.median(s, 2)],
+        "median": [_finite(x) for x in _median(s)],
         "training_s": round(float(run["times"][-1]), 3),
     }
 
