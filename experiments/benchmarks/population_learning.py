@@ -216,7 +216,7 @@ def pbt_record(
     root = jax.random.key(int(config.seed))
     keys = jax.random.key_data(jax.random.split(root, seeds))
     final_keys = jax.random.key_data(jax.random.split(jax.random.fold_in(root, 1), seeds))
-    run_population(progs, keys, final_keys, 1, pbt=True)  # warm-up: first-call costs
+    run_population(progs, keys, final_keys, 2, pbt=True)  # warm-up: every program's first call
     runs = {}
     for name in ("pbt", "fixed"):
         runs[name] = run_population(progs, keys, final_keys, num_chunks, pbt=name == "pbt")
