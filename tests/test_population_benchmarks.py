@@ -1,8 +1,9 @@
 """The population benchmark suites at tiny sizes: the throughput rows (aggregate env
-steps/s, ratio against one member, compile reported, one printed row per case), and the
-PBT learning comparison (both populations start equal, the summary's times and finals
-against hand-computed values). Both suites run in one child process, which compiles with
-the test suite's fast-compile flags (`tests/conftest.py`)."""
+steps/s, members split over two forced CPU devices against one, compile reported, one
+printed row per case) and the PBT learning comparison (both populations start equal;
+the summary's times and finals against hand-computed values). Both suites run in one
+child process, which compiles with the test suite's fast-compile flags
+(`tests/conftest.py`)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ _CHILD = """
 import json
 from experiments.benchmarks.population import population_records
 from experiments.benchmarks.population_learning import population_learning_records
-a = population_records(iterations=1, repeats=2, quick=True, cases=("cartpole",),
-                       cartpole_members=2)
+a = population_records(iterations=1, repeats=2, quick=True, cases=("devices",),
+                       cartpole_members=2, devices_task="cartpole")
 b = population_learning_records(members=2, seeds=2, env_steps=32, target=-1e9,
                                 final_episodes=2, tiny=True)
 print("RECORDS " + json.dumps({"throughput": a, "learning": b}, default=str))
@@ -33,6 +34,7 @@ print("RECORDS " + json.dumps({"throughput": a, "learning": b}, default=str))
 @pytest.fixture(scope="module")
 def suites():
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2"
     out = subprocess.run(
         [sys.executable, "-c", _CHILD], env=env, cwd=ROOT, capture_output=True, text=True,
         timeout=600,
@@ -46,21 +48,25 @@ def test_throughput_rows(suites):
     recs = suites["throughput"]
     lines = [x for x in suites["out"].splitlines() if x.startswith("population ")]
     assert len(lines) == 2 and "aggregate" in lines[0]
-    one, two = recs
-    assert (one["members"], two["members"]) == (1, 2)
+    one, split = recs  # 2 members on one device, then 2 per device on two
+    assert (one["members"], split["members"]) == (2, 4)
+    assert (one["member_devices"], split["member_devices"], split["num_devices"]) == (1, 2, 2)
+    assert "4 members on 2 of 2 dev" in lines[1]
     for rec in recs:
         steps = rec["members"] * rec["iterations_timed"] * rec["num_envs"] * rec["num_steps"]
         assert rec["env_steps_per_s"] == pytest.approx(steps / rec["seconds_median"])
         assert len(rec["seconds_all"]) == 2
         assert set(rec["compile_s_each"]) == {"init", "chunk", "select"}
         assert rec["compile_s"] > 0 and rec["lower_s"] > 0 and rec["select_ms"] > 0
-    assert one["ratio"] == 1.0
-    assert two["ratio"] == pytest.approx(two["env_steps_per_s"] / one["env_steps_per_s"])
+    assert one["speedup"] == 1.0
+    assert split["speedup"] == pytest.approx(split["env_steps_per_s"] / one["env_steps_per_s"])
 
 
 def test_unknown_case():
     with pytest.raises(ValueError, match="--pop_cases"):
         population_records(quick=True, cases=("cartpole", "nope"))
+    with pytest.raises(ValueError, match="--pop_devices_task"):
+        population_records(quick=True, cases=("devices",), devices_task="nope")
 
 
 def test_summary_against_hand_computed_values():

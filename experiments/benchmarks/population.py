@@ -18,10 +18,10 @@ been timed. Cases (``--pop_cases``):
   member's, in the same process), ``--pop_cartpole_iterations`` per call;
 * ``tag``: PPO on Tag, 1000 envs × (10+100) agents (compute-bound):
   ``--pop_tag_members`` members against 1, ``--train_iterations`` per call;
-* ``devices``: the Tag population with ``--pop_tag_members`` members per device on 2,
-  4, 8 ... devices (those visible; the member axis split over them), ``speedup`` =
-  aggregate / the one-device Tag population's. Without ``tag`` in the cases, that
-  one-device population is timed first.
+* ``devices``: the population of ``--pop_devices_task`` (``tag``, or ``cartpole``) with
+  its member count per device on 2, 4, 8 ... devices (those visible; the member axis
+  split over them), ``speedup`` = aggregate / the one-device population's (timed first
+  when that task is not among the cases).
 
 Each row says the visible device count and the devices its members run on.
 """
@@ -49,6 +49,7 @@ flags.DEFINE_list("pop_cases", list(CASES), f"cases of --suite=population, of {l
 flags.DEFINE_integer("pop_cartpole_members", 16, "members of the CartPole population")
 flags.DEFINE_integer("pop_cartpole_iterations", 20, "iterations per timed CartPole call")
 flags.DEFINE_integer("pop_tag_members", 4, "members of the Tag population (per device)")
+flags.DEFINE_enum("pop_devices_task", "tag", ["tag", "cartpole"], "task of the devices case")
 
 #: (config file, preset, overrides) of the two tasks, full size and tiny (``quick``).
 _TASKS = {
@@ -184,6 +185,7 @@ def population_records(
     cartpole_members: int | None = None,
     cartpole_iterations: int | None = None,
     tag_members: int | None = None,
+    devices_task: str | None = None,
 ) -> list[dict[str, Any]]:
     """The suite's records (see the module docstring), each printed when timed;
     ``quick``: tiny sizes (CPUs, tests). ``None`` arguments come from the ``--pop_*``
@@ -210,14 +212,19 @@ def population_records(
         print(_row(rec), flush=True)
         return rec
 
-    for task, size, iters in (("cartpole", n_cart, it_cart), ("tag", n_tag, iterations)):
+    plan = {"cartpole": (n_cart, it_cart), "tag": (n_tag, iterations)}
+    for task, (size, iters) in plan.items():
         if task in cases:
             one = case(task, task, 1, 1, iters, "ratio", None)
             case(task, task, size, 1, iters, "ratio", one["env_steps_per_s"])
     if "devices" in cases:
-        base = next((r for r in records if r["row"] == "tag" and r["members"] == n_tag), None)
+        task = devices_task or FLAGS.pop_devices_task
+        if task not in plan:
+            raise ValueError(f"--pop_devices_task: {task!r} is not one of {list(plan)}")
+        size, iters = plan[task]
+        base = next((r for r in records if r["row"] == task and r["members"] == size), None)
         if base is None:
-            base = case("devices", "tag", n_tag, 1, iterations, "speedup", None)
+            base = case("devices", task, size, 1, iters, "speedup", None)
         for d in (d for d in (2, 4, 8, 16, 32, 64) if d <= jax.device_count()):
-            case("devices", "tag", n_tag * d, d, iterations, "speedup", base["env_steps_per_s"])
+            case("devices", task, size * d, d, iters, "speedup", base["env_steps_per_s"])
     return records
