@@ -7,7 +7,8 @@ exploration noise drawn from wide ranges, members scored by deterministic evalua
 episodes). Both populations start from the same key, so from the same members with the
 same hyper-parameters; they run the same compiled chunk program (``iterations_per_chunk``
 iterations of every member, then their evaluation scores); PBT adds a selection round
-(exploit and explore) after every chunk but the last, the fixed population none.
+(exploit and explore) every ``pbt.interval_chunks`` chunks (1: after every chunk but the
+last), the fixed population none.
 ``--popl_seeds`` whole experiments run at once, vmapped over a seed axis.
 
 After every chunk the host reads the scores ``[S, P]`` (the one transfer per chunk) and
@@ -107,6 +108,8 @@ class _Programs:
 
 
 def _compile(pop: Any, seeds: int, iterations: int, final_episodes: int) -> _Programs:
+    """``pop``'s programs vmapped over ``seeds``, traced and lowered in turn from
+    abstract arguments, then compiled concurrently."""
     final_pop = dataclasses.replace(
         pop, spec=dataclasses.replace(pop.spec, eval_episodes=final_episodes)
     )
@@ -133,18 +136,23 @@ def _compile(pop: Any, seeds: int, iterations: int, final_episodes: int) -> _Pro
 
 
 def run_population(
-    progs: _Programs, keys: jax.Array, final_keys: jax.Array, num_chunks: int, pbt: bool
+    progs: _Programs,
+    keys: jax.Array,
+    final_keys: jax.Array,
+    num_chunks: int,
+    pbt: bool,
+    interval: int = 1,
 ) -> dict[str, np.ndarray]:
     """One vmapped experiment: ``num_chunks`` chunks (PBT: a selection round after every
-    chunk but the last). Returns ``times [C]`` (seconds since training started at each
-    chunk's end), ``scores [C, S, P]`` (each chunk's, before its selection round) and
-    ``final [S, P]`` (the final evaluation)."""
+    ``interval`` chunks, but not after the last). Returns ``times [C]`` (seconds since
+    training started, at each chunk's end), ``scores [C, S, P]`` (each chunk's, before
+    its selection round) and ``final [S, P]`` (the final evaluation)."""
     state = jax.block_until_ready(progs.init(keys))
     times, scores = [], []
     t0 = time.perf_counter()
     for c in range(num_chunks):
         state = progs.chunk(state)
-        if pbt and c + 1 < num_chunks:
+        if pbt and (c + 1) % interval == 0 and c + 1 < num_chunks:
             state = progs.select(state)
         scores.append(np.asarray(state.scores))  # the loop's only transfer
         times.append(time.perf_counter() - t0)
@@ -219,7 +227,9 @@ def pbt_record(
     run_population(progs, keys, final_keys, 2, pbt=True)  # warm-up: every program's first call
     runs = {}
     for name in ("pbt", "fixed"):
-        runs[name] = run_population(progs, keys, final_keys, num_chunks, pbt=name == "pbt")
+        runs[name] = run_population(
+            progs, keys, final_keys, num_chunks, name == "pbt", pop.spec.interval_chunks
+        )
         print(
             f"population_learning {name:<5} {members} members x {seeds} seeds  "
             f"{num_chunks} chunks in {runs[name]['times'][-1]:.1f} s  best final "
