@@ -3,8 +3,10 @@
 ``--config=experiments/configs/population.py:<task>[,<modifier>...]``. Tasks:
 ``cartpole`` (PPO, 16 members, learning rate / entropy / clip ε varied),
 ``pendulum`` (DDPG with `experiments.configs.pendulum`'s settings, 8 members, actor
-and critic learning rates, τ and noise varied over wide ranges, members scored by 8
-deterministic evaluation episodes, a selection round every 50 iterations),
+and critic learning rates, τ and noise varied over wide ranges, members scored by 16
+deterministic evaluation episodes after every 50 iterations, a selection round every
+150 iterations: about 10,000 env steps, so that members have learnt before they are
+compared),
 ``tag`` (Tag continuous with PPO, 4 members, each policy's learning rate and entropy
 coefficient varied). Modifiers: ``tiny`` (a few iterations of a small population, for
 tests and quick CPU runs), ``tournament`` (tournament selection from the leaderboard
@@ -54,7 +56,8 @@ def _task(name: str, tiny: bool) -> ml_collections.ConfigDict:
         {**POPULATION_DEFAULTS, "size": size, "hparams": hparams}
     )
     if name == "pendulum":  # scored by noise-free episodes: noise_scale varies
-        c.population.eval_episodes = 8
+        c.population.eval_episodes = 2 if tiny else 16
+        c.population.pbt.interval_chunks = 1 if tiny else 3
     if tiny:
         c.population.size = 4
     return c
