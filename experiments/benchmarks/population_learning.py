@@ -152,10 +152,10 @@ def run_population(
     t0 = time.perf_counter()
     for c in range(num_chunks):
         state = progs.chunk(state)
-        if pbt and (c + 1) % interval == 0 and c + 1 < num_chunks:
-            state = progs.select(state)
         scores.append(np.asarray(state.scores))  # the loop's only transfer
         times.append(time.perf_counter() - t0)
+        if pbt and (c + 1) % interval == 0 and c + 1 < num_chunks:
+            state = progs.select(state)  # timed with the next chunk, which needs it
     final = np.asarray(progs.final(state, final_keys))
     return {"times": np.asarray(times), "scores": np.stack(scores), "final": final}
 
