@@ -221,15 +221,17 @@ class Population:
         """``state`` with its scores from a chunk's metrics ``{name: [P, K]}``: the mean
         of the score metric over iterations where episodes ended (kept where none did);
         with ``eval_episodes`` > 0, `evaluate` with a key folded from ``state.key`` and
-        the members' iteration count."""
+        the members' iteration count. The state keeps its sharding (`shardings`)."""
         if self.spec.eval_episodes:
             k = jax.random.fold_in(jax.random.wrap_key_data(state.key), state.members.iteration[0])
-            return state.replace(scores=self.evaluate(state, jax.random.key_data(k)))
+            scores = self.evaluate(state, jax.random.key_data(k))
+            return self._constrain(state.replace(scores=scores))
         ret = metrics[self.spec.score]
         ended = (metrics["episodes_done"] > 0) & jnp.isfinite(ret)
         n = jnp.sum(ended, axis=1)
         mean = jnp.sum(jnp.where(ended, ret, 0.0), axis=1) / jnp.maximum(n, 1)
-        return state.replace(scores=jnp.where(n > 0, mean, state.scores).astype(jnp.float32))
+        scores = jnp.where(n > 0, mean, state.scores).astype(jnp.float32)
+        return self._constrain(state.replace(scores=scores))
 
     def evaluate(self, state: PopulationState, key: jax.Array) -> jax.Array:
         """``[P]`` float32: every member's mean return of the score group over

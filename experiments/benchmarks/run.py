@@ -32,6 +32,8 @@ Suites:
   mujoco_parity  ``--parity_states`` one-step comparisons per MJX env with Gymnasium v5.
   population  16 PPO members on CartPole vs 1, 4 on Tag 1000 envs × (10+100) vs 1, and
            members split over 1, 2, 4, ... devices (`experiments.benchmarks.population`).
+  population_learning  PBT vs a fixed-hyper-parameter population, DDPG Pendulum, several
+           vmapped seeds (`experiments.benchmarks.population_learning`).
 
 Prints a table and appends one JSON line per measurement to ``--out`` (checked before
 any work; the file is rewritten atomically). A bad ``--out`` or ``--compare`` and any
@@ -50,7 +52,7 @@ from typing import Any
 from absl import app, flags
 
 from experiments import common
-from experiments.benchmarks import locomotion_learning
+from experiments.benchmarks import locomotion_learning, population, population_learning
 from experiments.benchmarks.tag_config import make_tag
 
 __all__ = [
@@ -69,6 +71,7 @@ FLAGS = flags.FLAGS
 SUITES = (
     "quick", "env", "env_big", "classic", "train", "learning", "scaling", "marl_learning",
     "adapters", "recurrent", "locomotion", "mujoco_parity", "locomotion_learning", "population",
+    "population_learning",
 )  # fmt: skip
 MPE_SUITES = ("mpe", "mpe_quick", "mpe_learning", "mpe_parity")  # experiments.benchmarks.mpe
 BACKENDS = ("auto", "xla", "pallas")
@@ -460,9 +463,9 @@ def _run() -> None:
     if FLAGS.suite == "locomotion_learning":
         records += locomotion_learning.run_locomotion_learning_suite()
     if FLAGS.suite == "population":
-        from experiments.benchmarks.population import population_records
-
-        records += population_records(FLAGS.train_iterations, FLAGS.repeats)
+        records += population.population_records(FLAGS.train_iterations, FLAGS.repeats)
+    if FLAGS.suite == "population_learning":
+        records += population_learning.population_learning_records(parts=tuple(FLAGS.popl_parts))
     if FLAGS.compare:
         print("\nratios against anchors:")
         for line in compare(records, anchors):

@@ -2,7 +2,11 @@
 
 ``--config=experiments/configs/population.py:<task>[,<modifier>...]``. Tasks:
 ``cartpole`` (PPO, 16 members, learning rate / entropy / clip ε varied),
-``pendulum`` (DDPG, 8 members, actor and critic learning rates, τ and noise varied),
+``pendulum`` (DDPG with `experiments.configs.pendulum`'s settings, 8 members, actor
+and critic learning rates, τ and noise varied over wide ranges, members scored by 16
+deterministic evaluation episodes after every 50 iterations, a selection round every
+150 iterations: about 10,000 env steps, so that members have learnt before they are
+compared),
 ``tag`` (Tag continuous with PPO, 4 members, each policy's learning rate and entropy
 coefficient varied). Modifiers: ``tiny`` (a few iterations of a small population, for
 tests and quick CPU runs), ``tournament`` (tournament selection from the leaderboard
@@ -29,22 +33,19 @@ def _task(name: str, tiny: bool) -> ml_collections.ConfigDict:
         hparams = {"lr": (1e-4, 3e-3, "log"), "ent_coef": (0.0, 0.03), "clip_eps": (0.1, 0.3)}
         size = 16
     elif name == "pendulum":
-        from algorithms.ddpg import default_config
+        from experiments.configs import pendulum
 
-        c = default_config()
-        c.total_env_steps = 200_000
+        c = pendulum.get_config("tiny" if tiny else "")
         hparams = {
-            "actor_lr": (1e-4, 3e-3, "log"),
-            "critic_lr": (1e-4, 3e-3, "log"),
-            "tau": (0.001, 0.02, "log"),
-            "noise_scale": (0.05, 0.3),
+            "actor_lr": (1e-5, 1e-2, "log"),
+            "critic_lr": (1e-5, 1e-2, "log"),
+            "tau": (1e-3, 0.1, "log"),
+            "noise_scale": (0.0, 0.5),
         }
         size = 8
-        if tiny:
-            c.num_envs, c.num_steps, c.total_env_steps = 2, 8, 2 * 8 * 8
-            c.algo.batch_size, c.algo.learning_starts = 16, 16
-            c.policies.agent.hidden_sizes = (16,)
-            c.run.iterations_per_chunk = 4
+        if not tiny:
+            c.total_env_steps = 100_000
+            c.run.iterations_per_chunk = 50
     else:
         from experiments.configs import tag_continuous
 
@@ -54,6 +55,9 @@ def _task(name: str, tiny: bool) -> ml_collections.ConfigDict:
     c.population = ml_collections.ConfigDict(
         {**POPULATION_DEFAULTS, "size": size, "hparams": hparams}
     )
+    if name == "pendulum":  # scored by noise-free episodes: noise_scale varies
+        c.population.eval_episodes = 2 if tiny else 16
+        c.population.pbt.interval_chunks = 1 if tiny else 3
     if tiny:
         c.population.size = 4
     return c
