@@ -50,10 +50,12 @@ __all__ = [
     "RecurrentActorCritic",
     "RecurrentCore",
     "carry_size",
+    "cell_step",
     "core_kinds",
     "initial_carry",
     "is_recurrent",
     "reset_carry",
+    "run_cores",
 ]
 
 #: Core kinds: feed-forward (no core), GRU, LSTM.
