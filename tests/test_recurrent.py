@@ -7,8 +7,10 @@ forced CPU devices: `tests/test_recurrent_distributed.py`."""
 
 from __future__ import annotations
 
+import functools
 import types
 
+import flax.linen as nn
 import hypothesis.strategies as st
 import jax
 import jax.numpy as jnp
@@ -22,7 +24,7 @@ from algorithms.common.on_policy import POLICY_DEFAULTS, POLICY_RULES
 from algorithms.common.on_policy_learn import _sequence_eval, _sequence_minibatches
 from algorithms.common.on_policy_rollout import rollout
 from algorithms.common.on_policy_setup import build_setup
-from algorithms.common.recurrent import RecurrentCore, initial_carry
+from algorithms.common.recurrent import RecurrentCore, cell_step, initial_carry, run_cores
 from algorithms.ppo.losses import ppo_loss
 from experiments import common
 from jaxdrive.checkpoint import Checkpointer
@@ -113,6 +115,71 @@ def test_core_resets_match_numpy(cores, kind, ends, seed):
     # one step without a loop (acting) is the first step of the sequence
     one_c, one_y = apply(params, carry, x[:1])
     np.testing.assert_allclose(np.asarray(one_y[0]), np.asarray(got_y[0]), atol=1e-6)
+
+
+class _TwoCores(nn.Module):
+    """A GRU and an LSTM in one time scan (`run_cores`), as an actor-critic runs them."""
+
+    @nn.compact
+    def __call__(self, carries, xs, ends):
+        cores = (RecurrentCore("gru", 5, name="a"), RecurrentCore("lstm", 4, name="b"))
+        return run_cores(cores, carries, xs, ends)
+
+
+def _loop_cores(params, carries, xs, ends):
+    """The same cores as a Python loop of `cell_step` (JAX's autodiff of the plain step)."""
+    out_c, out_y = [], []
+    for (kind, h, name), c, x in zip((("gru", 5, "a"), ("lstm", 4, "b")), carries, xs, strict=True):
+        p = params["params"][name]
+        ys = []
+        for t in range(x.shape[0]):
+            xp = x[t] @ p["input_kernel"] + p["input_bias"]
+            c = cell_step(kind, h, (p["hidden_kernel"], p.get("hidden_bias")), xp, c)
+            ys.append(c if kind == "gru" else c[..., h:])
+            c = jnp.where(ends[t][:, None], 0.0, c)
+        out_c.append(c)
+        out_y.append(jnp.stack(ys))
+    return tuple(out_c), tuple(out_y)
+
+
+@pytest.fixture(scope="module")
+def two_cores():
+    net = _TwoCores()
+    carries = (jnp.zeros((3, 5)), jnp.zeros((3, 8)))
+    xs = (jnp.zeros((6, 3, 2)), jnp.zeros((6, 3, 4)))
+    params = net.init(jax.random.key(0), carries, xs, jnp.zeros((6, 3), bool))
+
+    def loss(run, params, carries, xs, ends, w):  # every output enters the loss
+        cs, ys = run(params, carries, xs, ends)
+        outs = jax.tree.leaves((cs, ys))
+        return sum(jnp.sum(jnp.sin(a) * b) for a, b in zip(outs, w, strict=True))
+
+    grads = [
+        jit(jax.grad(functools.partial(loss, run), argnums=(0, 1, 2)))
+        for run in (net.apply, _loop_cores)
+    ]
+    return params, grads
+
+
+@settings(max_examples=6, deadline=None)
+@given(ends=st.lists(st.booleans(), min_size=18, max_size=18), seed=st.integers(0, 2**16))
+def test_core_gradients_match_autodiff_of_the_step(two_cores, ends, seed):
+    """`run_cores`' custom VJP (one reverse scan, the recurrent kernels' gradients as one
+    GEMM) gives JAX's gradients of the step-by-step cells, resets included."""
+    params, (got_fn, want_fn) = two_cores
+    rng = np.random.default_rng(seed)
+    params = jax.tree.map(lambda p: p + rng.normal(size=p.shape).astype(np.float32), params)
+    carries = (rng.normal(size=(3, 5)), rng.normal(size=(3, 8)))
+    xs = (rng.normal(size=(6, 3, 2)), rng.normal(size=(6, 3, 4)))
+    carries, xs = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), (carries, xs))
+    w = [
+        jnp.asarray(rng.normal(size=s), jnp.float32) for s in [(3, 5), (3, 8), (6, 3, 5), (6, 3, 4)]
+    ]
+    ends = jnp.asarray(np.array(ends).reshape(6, 3))
+    got = got_fn(params, carries, xs, ends, w)
+    want = want_fn(params, carries, xs, ends, w)
+    for g, r in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-4)
 
 
 # ----------------------------------------------------------------------------------------
@@ -284,3 +351,19 @@ def test_smax_configs_are_valid(preset):
     assert c.num_envs % hp["num_minibatches"] == 0  # whole sequences of envs per minibatch
     with pytest.raises(ValueError, match="pick different maps"):
         smax.get_config("3s5z,27m_vs_30m")
+
+
+def test_recurrent_suite_ratios():
+    """The benchmark suite's ratio lines: GRU and LSTM against feed-forward, per case."""
+    from experiments.benchmarks.recurrent import ratio_lines
+
+    recs = [
+        {"name": "tag", "core": "mlp", "env_steps_per_s": 200.0},
+        {"name": "tag_gru", "core": "gru", "env_steps_per_s": 100.0},
+        {"name": "tag_lstm", "core": "lstm", "env_steps_per_s": 50.0},
+        {"name": "cp", "core": "mlp", "env_steps_per_s": 10.0},
+    ]
+    assert ratio_lines(recs) == [
+        "recurrent tag: GRU / feed-forward = 0.50x",
+        "recurrent tag: LSTM / feed-forward = 0.25x",
+    ]

@@ -1,54 +1,63 @@
 """``--suite=recurrent``: training throughput of recurrent policies beside feed-forward ones.
 
-Each pair trains the same config (env, batch, PPO settings) once with feed-forward
-policies and once with the ``gru`` preset (a GRU after each torso, truncated BPTT over
-the rollout), in the same process and on the same device, and reports env steps/s of
-both and their ratio (the target: GRU ≥ 0.5× feed-forward on Tag):
+Each case trains the same config (env, batch, PPO settings) three times in the same
+process and on the same device: with feed-forward policies, with a GRU and with an LSTM
+after each torso (actor and critic, truncated BPTT over the rollout), and reports the env
+steps/s of each and the ratios to feed-forward (the target: GRU ≥ 0.5× feed-forward on
+Tag):
 
 * Tag (continuous) 1000 envs × (10 taggers + 100 runners), 25 steps per iteration, PPO
-  with WarpDrive's networks (the train suite's ``tag_ppo``), GRU of 128;
-* CartPole 10,000 envs × 500 steps, PPO, fc 32×32, GRU of 32.
+  with WarpDrive's networks (the train suite's ``tag_ppo``), cores of 128;
+* CartPole 10,000 envs × 500 steps, PPO, fc 32×32, cores of 32.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["RECURRENT_PAIRS", "ratio_lines", "run_recurrent_suite"]
+__all__ = ["CORE_KINDS", "RECURRENT_CASES", "ratio_lines", "run_recurrent_suite"]
 
-# (name, config file, overrides shared by both, overrides of the GRU run)
-RECURRENT_PAIRS = [
-    ("tag_ppo", "tag_continuous", {"num_envs": 1000, "num_steps": 25}, {}),
+#: The policies' cores each case is timed with (``"mlp"``: feed-forward, the baseline).
+CORE_KINDS = ("mlp", "gru", "lstm")
+
+# (name, config file, overrides of every run, its policies, the cores' size)
+RECURRENT_CASES = [
+    ("tag_ppo", "tag_continuous", {"num_envs": 1000, "num_steps": 25}, ("tagger", "runner"), 128),
     (
         "cartpole_ppo",
         "cartpole",
         {"num_envs": 10_000, "num_steps": 500, "policies.agent.hidden_sizes": (32, 32)},
-        {"policies.agent.core_size": 32},
+        ("agent",),
+        32,
     ),
 ]
 
 
 def run_recurrent_suite(
-    iterations: int, repeats: int, pairs: list[tuple] | None = None
+    iterations: int, repeats: int, cases: list[tuple] | None = None
 ) -> list[dict[str, Any]]:
-    """Throughput records (`experiments.benchmarks.training.time_training`) of each pair of
-    `RECURRENT_PAIRS` (or ``pairs``): ``name`` (feed-forward) and ``name + "_gru"``."""
+    """Throughput records (`experiments.benchmarks.training.time_training`) of each case of
+    `RECURRENT_CASES` (or ``cases``) with each of `CORE_KINDS`: ``name`` (feed-forward),
+    ``name + "_gru"`` and ``name + "_lstm"``."""
     from experiments.benchmarks.timing import device_info
     from experiments.benchmarks.training import load_config, time_training
 
     info = device_info()
     records = []
-    for name, cfg, over, gru_over in RECURRENT_PAIRS if pairs is None else pairs:
-        for preset, suffix, extra in (("", "", {}), ("gru", "_gru", gru_over)):
-            config = load_config(cfg, preset, **over, **extra)
+    for name, cfg, over, policies, size in RECURRENT_CASES if cases is None else cases:
+        for kind in CORE_KINDS:
+            cores = {} if kind == "mlp" else {f"policies.{p}.core": kind for p in policies}
+            sizes = {} if kind == "mlp" else {f"policies.{p}.core_size": size for p in policies}
+            config = load_config(cfg, "", **over, **cores, **sizes)
             config.total_env_steps = max(
                 config.total_env_steps, config.num_envs * config.num_steps * iterations
             )
             rec = time_training(config, iterations=iterations, repeats=repeats)
-            rec.update(bench="recurrent", name=name + suffix, core=preset or "mlp", **info)
+            label = name if kind == "mlp" else f"{name}_{kind}"
+            rec.update(bench="recurrent", name=label, core=kind, **info)
             records.append(rec)
             print(
-                f"recurrent {name + suffix:<18} {rec['num_envs']:>6} envs x "
+                f"recurrent {label:<18} {rec['num_envs']:>6} envs x "
                 f"{rec['num_steps']:>4} steps {rec['env_steps_per_s']:>14,.0f} env steps/s  "
                 f"compile {rec['compile_s']:.1f}s",
                 flush=True,
@@ -59,12 +68,18 @@ def run_recurrent_suite(
 
 
 def ratio_lines(records: list[dict[str, Any]]) -> list[str]:
-    """``GRU / feed-forward`` env-steps/s ratio of each pair in ``records``."""
+    """``GRU / feed-forward`` and ``LSTM / feed-forward`` env-steps/s ratios of each case
+    in ``records`` (those measured)."""
     by_name = {r["name"]: r for r in records}
     lines = []
-    for name, rec in by_name.items():
-        gru = by_name.get(name + "_gru")
-        if gru is not None:
-            ratio = gru["env_steps_per_s"] / rec["env_steps_per_s"]
-            lines.append(f"recurrent {name}: GRU / feed-forward = {ratio:.2f}x")
+    for rec in records:
+        if rec.get("core") != "mlp":
+            continue
+        for kind in CORE_KINDS[1:]:
+            other = by_name.get(f"{rec['name']}_{kind}")
+            if other is not None:
+                ratio = other["env_steps_per_s"] / rec["env_steps_per_s"]
+                lines.append(
+                    f"recurrent {rec['name']}: {kind.upper()} / feed-forward = {ratio:.2f}x"
+                )
     return lines

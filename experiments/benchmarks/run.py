@@ -25,7 +25,7 @@ Suites:
   adapters from_jaxmarl(MPE simple_spread) vs JaxMARL's own env at 1e3..1e5 envs (the
            adapter's overhead ratio), to_gymnasium(CartPole, 1024 envs) from a host loop
            (`experiments.benchmarks.adapters`).
-  recurrent  PPO throughput with GRU policies beside feed-forward ones: Tag 1000 envs ×
+  recurrent  PPO throughput with GRU and LSTM policies beside feed-forward ones: Tag 1000 envs ×
            (10+100), CartPole 10,000 envs (`experiments.benchmarks.recurrent`).
   locomotion     MJX Humanoid-v5/Ant-v5 env-only stepping at ``--locomotion_envs`` beside
            raw ``vmap(mjx.step)`` and Brax's MJX envs (`experiments.benchmarks.locomotion`).
