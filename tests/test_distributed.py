@@ -72,9 +72,10 @@ def test_devices_forced(single):
     assert single["devices"] == 8
 
 
-@pytest.mark.parametrize("d", [2, 4])
+@pytest.mark.parametrize("d", [2])
 def test_cartpole_ppo_same_on_d_devices(single, d):
-    """Params and every metric after 4 PPO iterations agree with 1 device."""
+    """Params and every metric after 4 PPO iterations agree with 1 device (4 devices:
+    `test_checkpoint_resumes_on_other_device_count`)."""
     assert single["cartpole_ppo_episodes"] > 0  # episodes ended: returns are compared
     assert single[f"cartpole_ppo_D{d}"] < RTOL
     assert single[f"cartpole_ppo_D{d}_shards"] == d  # the env state really is split
