@@ -120,8 +120,8 @@ def test_chunks_logs_and_checkpoints(tmp_path):
     state, hist = train_loop(
         trainer, 0, wd, iterations_per_chunk=3, keep_checkpoints=2, progress=False
     )
-    # chunks of 3, 3, 1: two sizes, each traced and compiled once
-    assert len(traces) == 2
+    # calls of 1, 2, 3, 1 iterations: one program, traced and compiled once
+    assert len(traces) == 1
     np.testing.assert_array_equal(hist.iteration, np.arange(1, 8))
     np.testing.assert_array_equal(hist.env_steps, np.arange(1, 8) * BATCH)
     assert int(state.iteration) == 7 and hist.start_iteration == 0 and hist.resumed_from is None
