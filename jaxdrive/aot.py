@@ -1,7 +1,8 @@
 """Ahead-of-time compilation in worker threads: several programs compile at once.
 
 `compile_async(jitted, *args)` traces and lowers a jitted function for ``args`` (arrays
-or `jax.ShapeDtypeStruct` leaves) on the calling thread, then hands XLA's compilation
+or `jax.ShapeDtypeStruct` leaves; or lowers an already traced `jax.stages.Traced`) on
+the calling thread, then hands XLA's compilation
 to a worker thread and returns at once. Tracing and lowering are Python and hold the
 interpreter lock; XLA's compilation (or its load from the persistent compilation cache)
 does not, so programs started one after another compile side by side while the caller
@@ -124,9 +125,10 @@ class Compiling:
 
 
 def compile_async(jitted: Any, *args: Any, **kwargs: Any) -> Compiling:
-    """Lowers ``jitted`` (a `jax.jit` function) for ``args``/``kwargs`` here and starts
-    its XLA compilation in a worker thread; returns the `Compiling` handle."""
-    name = getattr(jitted, "__name__", None) or type(jitted).__name__
+    """Lowers ``jitted`` (a `jax.jit` function, or a `jax.stages.Traced` with no
+    arguments) for ``args``/``kwargs`` here and starts its XLA compilation in a worker
+    thread; returns the `Compiling` handle."""
+    name = getattr(jitted, "fun_name", None) or getattr(jitted, "__name__", None) or "program"
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*donated buffers.*")

@@ -308,9 +308,9 @@ def train_loop(
         ``trainer.config`` without its ``run`` section) to match.
       metadata: extra JSON-able entries for every checkpoint's metadata.
       compile_ahead: called once with the runner state's abstract value
-        (`jax.ShapeDtypeStruct` leaves) when the init and chunk programs are lowered and
-        compiling: lower the run's other programs there (`jaxdrive.aot.compile_async`,
-        e.g. evaluation) and they compile alongside, while the state is initialised.
+        (`jax.ShapeDtypeStruct` leaves) as soon as the first call is dispatched (the
+        host is idle while it runs): lower the run's other programs there
+        (`jaxdrive.aot.compile_async`, e.g. evaluation) and they compile while training.
 
     Process 0 holds ``workdir``'s `jaxdrive.runlock.RunLock` throughout. Nothing in
     ``workdir`` changes before the checkpoint checks pass; then ``metrics.jsonl`` and
@@ -372,8 +372,6 @@ def train_loop(
         if compiling:
             log.info("compiling the init and chunk programs…")
         abstract = programs.start(key)
-        if compile_ahead is not None:
-            compile_ahead(abstract)
         state = programs.init(key)
         start, start_steps, elapsed_before, resumed_from = 0, 0, 0.0, None
         if ckpt is not None and ckpt.all_steps():
@@ -392,6 +390,7 @@ def train_loop(
             trainer, programs, state, start, start_steps, elapsed_before, t_start, total, ipc,
             every, ckpt, logger, on_chunk, progress and primary, closers,
             {"num_iterations": total, "config_hash": chash, **(metadata or {})},
+            (lambda: compile_ahead(abstract)) if compile_ahead else None,
         )  # fmt: skip
         failing = False
     finally:
@@ -418,7 +417,7 @@ def train_loop(
 
 def _run_chunks(
     trainer, programs, state, start, start_steps, elapsed_before, t_start, total, ipc, every,
-    ckpt, logger, on_chunk, progress, closers, ckpt_meta,
+    ckpt, logger, on_chunk, progress, closers, ckpt_meta, ahead,
 ):  # fmt: skip
     """The chunk loop of `train_loop`: ``(state, [(iterations, env_steps, metrics)],
     (compile_seconds, train_seconds))``. The first call runs one iteration (its line
@@ -438,6 +437,9 @@ def _run_chunks(
             bar.update(it, prev_steps, float("nan"), "compiled; first iteration…")
         tc = time.perf_counter()
         state, metrics, flags = executable(state, np.int32(end - it))
+        if ahead is not None:  # the host is free while the first call runs
+            ahead()
+            ahead = None
         metrics, flags = jax.device_get((metrics, flags))  # one transfer
         secs = time.perf_counter() - tc
         train_seconds += secs

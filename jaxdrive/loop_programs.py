@@ -87,6 +87,7 @@ class LoopPrograms:
         self._init_exe: Any = None
         self._chunk_exe: Any = None
         self._init_job: Compiling | None = None
+        self._shapes: Any = None  # the init's output shapes
         self._chunk_job: Compiling | None = None
 
     @property
@@ -97,11 +98,17 @@ class LoopPrograms:
     def start(self, key: jax.Array) -> Any:
         """Lowers the programs not built yet and starts their compilation; returns the
         runner state's abstract value (`jax.ShapeDtypeStruct` leaves, with shardings on
-        several devices), for lowering further programs of the run."""
-        if self._init_job is None:  # kept once done: its output shapes
-            self._init_job = compile_async(self._init, key)
-        shapes = self._init_job.out_info
+        several devices), for lowering further programs of the run. The chunk, the
+        longer compilation, is lowered and started first, from the traced init's
+        output shapes; the init is lowered (not traced again) after it."""
+        traced_init = None
+        if self._init_job is None:
+            traced_init = self._init.trace(key)
+            self._shapes = traced_init.out_info
+        shapes = self._shapes
         if jax.device_count() > 1:  # the shardings come with the init executable
+            if traced_init is not None:
+                self._init_job, traced_init = compile_async(traced_init), None
             shapes = jax.tree.map(
                 lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                 shapes,
@@ -109,6 +116,8 @@ class LoopPrograms:
             )
         if not self.chunk_ready:
             self._chunk_job = compile_async(self._chunk, shapes, _count())
+        if traced_init is not None:
+            self._init_job = compile_async(traced_init)
         return shapes
 
     def _init_executable(self) -> Any:
