@@ -308,8 +308,8 @@ def train_loop(
         ``trainer.config`` without its ``run`` section) to match.
       metadata: extra JSON-able entries for every checkpoint's metadata.
       compile_ahead: called once with the runner state's abstract value
-        (`jax.ShapeDtypeStruct` leaves) as soon as the first call is dispatched (the
-        host is idle while it runs): lower the run's other programs there
+        (`jax.ShapeDtypeStruct` leaves) once the second call (after the first line) is
+        dispatched, while the host waits for it: lower the run's other programs there
         (`jaxdrive.aot.compile_async`, e.g. evaluation) and they compile while training.
 
     Process 0 holds ``workdir``'s `jaxdrive.runlock.RunLock` throughout. Nothing in
@@ -437,7 +437,7 @@ def _run_chunks(
             bar.update(it, prev_steps, float("nan"), "compiled; first iteration…")
         tc = time.perf_counter()
         state, metrics, flags = executable(state, np.int32(end - it))
-        if ahead is not None:  # the host is free while the first call runs
+        if ahead is not None and it > start:  # the host is idle while this call runs
             ahead()
             ahead = None
         metrics, flags = jax.device_get((metrics, flags))  # one transfer
