@@ -357,9 +357,10 @@ def train_loop(
             lock = RunLock(workdir).acquire()
             closers.append(lock.release)
     failing = True
+    point = None
     try:
         if workdir is not None:
-            resume_point(workdir, chash, total, resume=resume, check_config=check_config)
+            point = resume_point(workdir, chash, total, resume=resume, check_config=check_config)
             ckpt = Checkpointer(os.path.join(workdir, CHECKPOINT_DIR), max_to_keep=keep)
             closers.insert(0, ckpt.close)
             if logger is None:
@@ -368,10 +369,10 @@ def train_loop(
         elif logger is not None:
             closers.insert(0, logger.flush)
         programs = programs_for(trainer, ipc)
-        compiling = not programs.chunk_ready
-        if compiling:
+        finished = point is not None and int(point.get("iteration", -1)) >= total
+        if total > 0 and not finished and not programs.chunk_ready:
             log.info("compiling the init and chunk programs…")
-        abstract = programs.start(key)
+        abstract = programs.start(key, chunk=total > 0 and not finished)
         state = programs.init(key)
         start, start_steps, elapsed_before, resumed_from = 0, 0, 0.0, None
         if ckpt is not None and ckpt.all_steps():

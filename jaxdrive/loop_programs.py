@@ -95,12 +95,13 @@ class LoopPrograms:
         """Whether the chunk program is compiled (or compiling has been started)."""
         return self._chunk_exe is not None or self._chunk_job is not None
 
-    def start(self, key: jax.Array) -> Any:
-        """Lowers the programs not built yet and starts their compilation; returns the
-        runner state's abstract value (`jax.ShapeDtypeStruct` leaves, with shardings on
-        several devices), for lowering further programs of the run. The chunk, the
-        longer compilation, is lowered and started first, from the traced init's
-        output shapes; the init is lowered (not traced again) after it."""
+    def start(self, key: jax.Array, chunk: bool = True) -> Any:
+        """Lowers the programs not built yet (the chunk only with ``chunk``: a finished
+        run needs none) and starts their compilation; returns the runner state's
+        abstract value (`jax.ShapeDtypeStruct` leaves, with shardings on several
+        devices), for lowering further programs of the run. The chunk, the longer
+        compilation, is lowered and started first, from the traced init's output
+        shapes; the init is lowered (not traced again) after it."""
         traced_init = None
         if self._init_job is None:
             traced_init = self._init.trace(key)
@@ -114,7 +115,7 @@ class LoopPrograms:
                 shapes,
                 self._init_executable().output_shardings,
             )
-        if not self.chunk_ready:
+        if chunk and not self.chunk_ready:
             self._chunk_job = compile_async(self._chunk, shapes, _count())
         if traced_init is not None:
             self._init_job = compile_async(traced_init)

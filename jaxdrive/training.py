@@ -88,7 +88,8 @@ def run_iterations(
     def body(i, carry):
         rs, buf = carry
         rs, metrics = step(rs)
-        return rs, jax.tree.map(lambda b, m: b.at[i].set(m), buf, metrics)
+        put = jax.lax.dynamic_update_index_in_dim
+        return rs, jax.tree.map(lambda b, m: put(b, m, i, 0), buf, metrics)
 
     n = jnp.clip(jnp.asarray(num_iterations, jnp.int32), 0, int(capacity))
     return jax.lax.fori_loop(0, n, body, (runner_state, buf))
