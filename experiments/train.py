@@ -25,8 +25,11 @@ another run folder) loads its programs instead of compiling them;
 ``--compilation_cache_dir`` chooses the folder (default ``$JAX_COMPILATION_CACHE_DIR``,
 else ``$JAXDRIVE_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxdrive/xla`` or
 ``~/.cache/jaxdrive/xla``); a folder that cannot be written is a one-line warning and a
-run without the cache (`experiments.common.setup_compilation_cache`). The first chunk is
-compiled ahead of time; the log says how long it took and whether it came from the cache.
+run without the cache (`experiments.common.setup_compilation_cache`). The init and chunk
+programs compile ahead of time, side by side; the log says how long the chunk took and
+whether it came from the cache, and the first progress line comes after one iteration
+(`jaxdrive.loop`). The program of the evaluation episodes and the animation (one
+rollout gives both) compiles while training runs.
 
 The run folder layout is described in `experiments.common`. Its rules:
 

@@ -246,8 +246,9 @@ class _Progress:
 def chunk_size(num_iterations: int, iterations_per_chunk: int) -> int:
     """The chunk size used for ``num_iterations``: ``iterations_per_chunk`` when it
     divides them, else the largest divisor of ``num_iterations`` in
-    ``[ceil(iterations_per_chunk / 2), iterations_per_chunk]`` (one compiled program
-    instead of a second one for a remainder chunk), else ``iterations_per_chunk``."""
+    ``[ceil(iterations_per_chunk / 2), iterations_per_chunk]`` (chunks of one length:
+    no remainder chunk, which a program of static length, as a population's chunk,
+    would compile a second time), else ``iterations_per_chunk``."""
     ipc = max(1, min(int(iterations_per_chunk), max(int(num_iterations), 1)))
     if num_iterations % ipc == 0:
         return ipc
