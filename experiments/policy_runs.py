@@ -103,7 +103,10 @@ def _eval_program(
     if key in _EVAL_PROGRAMS:  # the entry holds trainer and env: their ids stay theirs
         return _EVAL_PROGRAMS[key][2]
     policy = _policy(trainer, deterministic)
-    venv = jaxdrive.vectorize(env, episodes, auto_reset=False)
+    # Ended envs reset and play on, their rewards masked: stepping a terminal state
+    # instead (a fallen MJX humanoid sinking through a floor that only its feet touch)
+    # can diverge, and a non-finite state is not guaranteed to stay in its own env.
+    venv = jaxdrive.vectorize(env, episodes)
     groups = env.groups
 
     def first(tree: Any) -> Any:
@@ -115,7 +118,7 @@ def _eval_program(
         state, ts = venv.reset(k_reset, env_params)
         ret0 = {g: jnp.zeros((episodes, env.num_agents(g)), jnp.float32) for g in groups}
         alive0 = jnp.ones((episodes,), bool)
-        # recurrent policies' carries (no resets: each env plays one episode)
+        # recurrent policies' carries (no resets: only each env's first episode counts)
         init_carry = getattr(trainer, "init_carry", None)
         hc0 = None if init_carry is None else init_carry((episodes,))
 
@@ -221,10 +224,12 @@ def evaluate_policy(
     ``animation_steps`` steps (default 200 when ``animation`` is given, else none);
     ``animation`` (a ``.gif`` path) animates them up to that episode's end
     (`animate_states`): one rollout gives the evaluation and the animation. Returns
-    ``{"episodes", "deterministic", "max_steps", "unfinished", "episode_length": mean,
-    "returns": {g: {"mean", "std", "min", "max"}}}`` (and ``"animation"``, the written
-    path or ``None``, when ``animation`` is given) where an episode's return of group
-    ``g`` is the mean over its agents of each agent's summed reward.
+    ``{"episodes", "deterministic", "max_steps", "unfinished", "nonfinite",
+    "episode_length": mean, "returns": {g: {"mean", "std", "min", "max"}}}`` (and
+    ``"animation"``, the written path or ``None``, when ``animation`` is given) where an
+    episode's return of group ``g`` is the mean over its agents of each agent's summed
+    reward; ``unfinished`` counts episodes still running at ``max_steps`` and
+    ``nonfinite`` the non-finite returns (over groups).
     """
     max_steps, record = _settings(env, episodes, max_steps, animation_steps, bool(animation))
     run = _eval_program(env, trainer, episodes, deterministic, max_steps, record)
@@ -236,6 +241,7 @@ def evaluate_policy(
         "deterministic": bool(deterministic),
         "max_steps": max_steps,
         "unfinished": int(np.sum(alive)),
+        "nonfinite": int(sum(np.sum(~np.isfinite(r)) for r in rets.values())),
         "episode_length": float(np.mean(length)),
         "returns": {
             g: {
@@ -292,9 +298,11 @@ def animate_states(
     *,
     fps: float = 10,
 ) -> str | None:
-    """Writes the GIF ``path`` of one env's stacked ``states [S + 1, ...]`` up to the
-    first of ``dones [S]`` (host arrays); returns the written path, or ``None`` (with a
-    log line) when the env has no renderer or the rendering helpers are missing."""
+    """Writes the GIF ``path`` of one env's stacked ``states [S + 1, ...]`` (``states[i +
+    1]`` after step ``i``) up to the state from which the first step with ``dones [S]``
+    set started (host arrays; an auto-resetting batch replaces the terminal state by the
+    next episode's start); returns the written path, or ``None`` (with a log line) when
+    the env has no renderer or the rendering helpers are missing."""
     draw = find_renderer(env, env_params)
     if draw is None:
         logging.info("no renderer for %s: skipping the animation", type(env).__name__)
@@ -305,7 +313,9 @@ def animate_states(
         logging.info("jaxdrive.render is unavailable (%s): skipping the animation", e)
         return None
     dones = np.asarray(dones)
-    n = int(np.argmax(dones)) + 2 if dones.any() else len(dones) + 1  # s_0 .. the first done
+    # s_0 .. the state the first done step started from (the batch auto-resets: the
+    # state after that step is the next episode's start)
+    n = int(np.argmax(dones)) + 1 if dones.any() else len(dones) + 1
     frames = [jax.tree.map(lambda x, i=i: x[i], states) for i in range(n)]
     return os.fspath(animate(frames, draw, path, fps=fps))
 
