@@ -182,11 +182,13 @@ def test_ant_foot_spheres():
         assert m.geom_type[foot] == mujoco.mjtGeom.mjGEOM_SPHERE
         assert m.geom_bodyid[foot] == m.geom_bodyid[ankle]
         assert m.geom_size[foot][0] == m.geom_size[ankle][0] == 0.08
-        # the capsule's far end: its centre plus half its length along its axis
+        # on the capsule's end away from the knee (the body's origin): its centre ±
+        # half its length along its axis
         rot = np.empty(9)
         mujoco.mju_quat2Mat(rot, m.geom_quat[ankle])
-        tip = m.geom_pos[ankle] + m.geom_size[ankle][1] * rot.reshape(3, 3)[:, 2]
-        np.testing.assert_allclose(m.geom_pos[foot], tip, atol=1e-9)
+        half = m.geom_size[ankle][1] * rot.reshape(3, 3)[:, 2]
+        ends = sorted((m.geom_pos[ankle] + sign * half for sign in (1, -1)), key=np.linalg.norm)
+        np.testing.assert_allclose(m.geom_pos[foot], ends[1], atol=1e-9)
     for field in ("body_mass", "body_inertia", "body_ipos", "dof_armature"):
         np.testing.assert_array_equal(getattr(m, field), getattr(shipped, field), field)
     ref = gymnasium_env(env)
