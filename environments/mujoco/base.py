@@ -220,15 +220,25 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
 
     def state_from(self, qpos: jax.Array, qvel: jax.Array) -> MujocoState:
         """The state of Gymnasium's ``set_state(qpos, qvel)`` after ``mj_resetData``:
-        zero controls, warm start and time, the kinematics the observation reads
-        (``xipos``, ``cinert``, ``cvel``) computed, ``cfrc_ext`` zero."""
+        zero controls, warm start and time; of what ``mj_forward`` computes, the fields
+        the observations and the next step's forward velocity read (``xpos``,
+        ``xipos``, ``subtree_com``, ``cinert``, ``cvel``), the others left as
+        `mjx.make_data` makes them (the next step computes them before reading them,
+        as ``mj_step`` does); ``cfrc_ext`` zero."""
         from mujoco import mjx
 
         m = self.mjx_model
         d = self._cache["data0"].replace(
             qpos=jnp.asarray(qpos, jnp.float32), qvel=jnp.asarray(qvel, jnp.float32)
         )
-        d = mjx.com_vel(m, mjx.com_pos(m, mjx.kinematics(m, d)))
+        k = mjx.com_vel(m, mjx.com_pos(m, mjx.kinematics(m, d)))
+        d = d.replace(
+            xpos=k.xpos,
+            xipos=k.xipos,
+            subtree_com=k.subtree_com,
+            cvel=k.cvel,
+            _impl=d._impl.replace(cinert=k._impl.cinert),
+        )
         nbody = self.mj_model.nbody
         return MujocoState(
             data=d,

@@ -3,7 +3,15 @@
 
 ``locomotion``: env-only steps/s of our Humanoid-v5 and Ant-v5 (the ``"mjx"`` model)
 at each ``--locomotion_envs`` count, random actions drawn inside the scan
-(`experiments.benchmarks.timing.EnvStepTimer`, auto-reset on), beside
+(`experiments.benchmarks.timing.EnvStepTimer`, auto-reset on), as
+
+* ``jaxdrive``: v5's semantics (contact forces in the observation and the reward, a
+  fresh random start state for every reset);
+* ``jaxdrive_lean``: the work Brax's MJX envs do: ``include_contact_cost=False,
+  include_cfrc_ext_in_observation=False`` (no ``cfrc_ext`` pass) and auto-reset from a
+  pool of as many v5 start states as envs (no kinematics pass per reset);
+
+beside
 
 * ``mjx_raw``: a `lax.scan` of ``vmap(mjx.step)`` on the same edited model, ``frame_skip``
   physics steps per env step, uniform random controls drawn in the scan (MJX's own
@@ -43,7 +51,8 @@ import numpy as np
 __all__ = ["run_locomotion_suite", "run_parity_suite"]
 
 _ENVS = ("Humanoid", "Ant")
-_IMPLS = ("jaxdrive", "mjx_raw", "brax")
+_IMPLS = ("jaxdrive", "jaxdrive_lean", "mjx_raw", "brax")
+_LEAN = {"include_contact_cost": False, "include_cfrc_ext_in_observation": False}
 _BRAX = {"Humanoid": "humanoid", "Ant": "ant"}
 _PARITY_ENVS = ("Hopper", "HalfCheetah", "Walker2d", "Ant", "Humanoid")
 _MARK = "@@locomotion "  # prefix of the worker's protocol lines on its stdout
@@ -143,19 +152,27 @@ def _brax_program(name: str, num_envs: int, num_steps: int) -> tuple[Any, tuple[
 
 
 def _measure(
-    env: Any, name: str, n: int, impl: str, spec: dict[str, Any], watchdog: _Watchdog
+    name: str, n: int, impl: str, spec: dict[str, Any], watchdog: _Watchdog
 ) -> dict[str, Any]:
     """One row: ``{"env_steps_per_s", "compile_s"}`` of ``impl`` at ``n`` envs; the
     watchdog is armed from the start of the job to the end of its compile."""
+    import jax
+
+    from environments.mujoco import locomotion
     from experiments.benchmarks.timing import EnvStepTimer
+    from jaxdrive.wrappers import make_reset_pool
 
     steps, repeats = spec["num_steps"], spec["repeats"]
     watchdog.arm([n, impl])
     try:
-        if impl == "jaxdrive":
+        env = getattr(locomotion, name)(**(_LEAN if impl == "jaxdrive_lean" else {}))
+        if impl.startswith("jaxdrive"):
+            lean = impl == "jaxdrive_lean"
+            pool = make_reset_pool(env, jax.random.key(2), n) if lean else None
             timer = EnvStepTimer(
-                env, env.default_params, n, steps, reset_mode=spec["reset_mode"], fold=False
-            )
+                env, env.default_params, n, steps, reset_mode=spec["reset_mode"], fold=False,
+                reset_pool=pool,
+            )  # fmt: skip
             watchdog.disarm()
             rec = timer.time(repeats)
             return {"env_steps_per_s": rec["env_steps_per_s"], "compile_s": rec["compile_s"]}
@@ -175,17 +192,15 @@ def _measure(
 def _worker(spec: dict[str, Any]) -> None:
     """Runs ``spec["jobs"]`` (``[num_envs, impl]`` pairs) of ``spec["env"]``, saying each
     job's start and its record (or that ``brax`` is missing) on stdout (`_MARK` lines)."""
-    from environments.mujoco import locomotion
     from experiments.benchmarks.timing import device_info
 
     name = spec["env"]
-    env = getattr(locomotion, name)()
     info = device_info()
     watchdog = _Watchdog(float(spec["compile_limit_s"]))
     for n, impl in spec["jobs"]:
         _say(start=[n, impl])
         try:
-            out = _measure(env, name, n, impl, spec, watchdog)
+            out = _measure(name, n, impl, spec, watchdog)
         except ImportError as e:
             if impl != "brax":
                 raise
@@ -205,7 +220,7 @@ def _worker(spec: dict[str, Any]) -> None:
 
 
 def _row(name: str, n: int, impl: str, text: str) -> str:
-    return f"{name:<9} {n:>6} envs  {impl:<9} {text}"
+    return f"{name:<9} {n:>6} envs  {impl:<13} {text}"
 
 
 def _run_env(name: str, jobs: list[list[Any]], spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -262,15 +277,17 @@ def run_locomotion_suite(
     reset_mode: str = "auto",
     envs: tuple[str, ...] = _ENVS,
     compile_limit_s: float = 240.0,
+    impls: tuple[str, ...] = _IMPLS,
 ) -> list[dict[str, Any]]:
     """The ``locomotion`` suite (module docstring) for ``envs`` (of ``Humanoid``,
-    ``Ant``); prints a row per measurement as it is done and returns the records
-    (``bench="locomotion_env"``, ``impl`` one of ``jaxdrive``, ``mjx_raw``, ``brax``;
-    ``compile_s`` each). ``compile_limit_s``: the longest a compile may run before it
-    is skipped (``<= 0``: no limit)."""
-    unknown = [e for e in envs if e not in _ENVS]
-    if unknown:
-        raise ValueError(f"locomotion envs must be among {_ENVS}, got {unknown}")
+    ``Ant``) and ``impls`` (of ``jaxdrive``, ``jaxdrive_lean``, ``mjx_raw``, ``brax``);
+    prints a row per measurement as it is done and returns the records
+    (``bench="locomotion_env"``, ``impl``, ``compile_s`` each). ``compile_limit_s``:
+    the longest a compile may run before it is skipped (``<= 0``: no limit)."""
+    for what, given, known in (("envs", envs, _ENVS), ("impls", impls, _IMPLS)):
+        unknown = [e for e in given if e not in known]
+        if unknown:
+            raise ValueError(f"locomotion {what} must be among {known}, got {unknown}")
     spec = {
         "num_steps": int(num_steps),
         "repeats": int(repeats),
@@ -279,7 +296,7 @@ def run_locomotion_suite(
     }
     records = []
     for name in envs:
-        jobs = [[int(n), impl] for n in num_envs for impl in _IMPLS]
+        jobs = [[int(n), impl] for n in num_envs for impl in impls]
         records += _run_env(name, jobs, spec)
     return records
 
