@@ -35,6 +35,7 @@ from jaxdrive import testing
 
 NAMES = ["Hopper", "HalfCheetah", "Walker2d", "Ant", "Humanoid"]
 OBS_SIZES = {"Hopper": 11, "HalfCheetah": 17, "Walker2d": 17, "Ant": 105, "Humanoid": 348}
+NO_CFRC = {"include_contact_cost": False, "include_cfrc_ext_in_observation": False}
 
 
 @pytest.fixture(scope="module")
@@ -54,16 +55,22 @@ def _host_step(env, ref, qpos, qvel, action):
     return out, before, after, jnp.asarray(ref.data.cfrc_ext, jnp.float32)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_v5_semantics_from_gymnasium_data(name):
+@pytest.mark.parametrize(
+    "name, options",
+    [(n, {}) for n in NAMES] + [("Ant", NO_CFRC), ("Humanoid", NO_CFRC)],
+)
+def test_v5_semantics_from_gymnasium_data(name, options):
     """Observation, each reward term, the reward and termination computed from
-    Gymnasium's own post-step data equal its values (float32 rounding)."""
-    env = getattr(locomotion, name)()
+    Gymnasium's own post-step data equal its values (float32 rounding); without the
+    contact cost, as Gymnasium's with a zero ``contact_cost_weight``."""
+    env = getattr(locomotion, name)(**options)
     params = env.default_params
     ref = gymnasium_env(env)
     qpos, qvel = random_states(ref, 6, seed=3)
     rng = np.random.default_rng(0)
-    assert env.obs_size == OBS_SIZES[name] == ref.observation_space.shape[0]
+    size = OBS_SIZES[name] - (6 * (env.mj_model.nbody - 1) if options else 0)
+    assert env.obs_size == size == ref.observation_space.shape[0]
+    assert env.uses_cfrc_ext == (name in ("Ant", "Humanoid") and not options)
     for i in range(len(qpos)):
         action = rng.uniform(ref.action_space.low, ref.action_space.high)
         (obs, reward, term, _, info), before, after, cfrc = _host_step(
@@ -161,6 +168,38 @@ def test_mjx_model_edits():
     assert dataclasses.replace(cfg, iterations=3) != cfg  # hashable, comparable configs
 
 
+def test_ant_foot_spheres():
+    """Ant's "mjx" model: Brax's four massless foot spheres on the lower legs' tips are
+    its only geoms touching the floor; masses and inertias are the shipped model's;
+    Gymnasium loads the same model; a bad ``end_spheres`` is named."""
+    env = locomotion.Ant()
+    m, shipped = env.mj_model, locomotion.Ant(model="gymnasium").mj_model
+    geom = {mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_GEOM, i): i for i in range(m.ngeom)}
+    feet = MJX_PRESETS["Ant"].contact_geoms
+    assert {n for n, i in geom.items() if m.geom_contype[i]} == {"floor", *feet}
+    for leg in ("left", "right", "third", "fourth"):
+        foot, ankle = geom[f"{leg}_foot_geom"], geom[f"{leg}_ankle_geom"]
+        assert m.geom_type[foot] == mujoco.mjtGeom.mjGEOM_SPHERE
+        assert m.geom_bodyid[foot] == m.geom_bodyid[ankle]
+        assert m.geom_size[foot][0] == m.geom_size[ankle][0] == 0.08
+        # on the capsule's end away from the knee (the body's origin): its centre ±
+        # half its length along its axis
+        rot = np.empty(9)
+        mujoco.mju_quat2Mat(rot, m.geom_quat[ankle])
+        half = m.geom_size[ankle][1] * rot.reshape(3, 3)[:, 2]
+        ends = sorted((m.geom_pos[ankle] + sign * half for sign in (1, -1)), key=np.linalg.norm)
+        np.testing.assert_allclose(m.geom_pos[foot], ends[1], atol=1e-9)
+    for field in ("body_mass", "body_inertia", "body_ipos", "dof_armature"):
+        np.testing.assert_array_equal(getattr(m, field), getattr(shipped, field), field)
+    ref = gymnasium_env(env)
+    assert ref.model.ngeom == m.ngeom == shipped.ngeom + 4
+    np.testing.assert_array_equal(ref.model.geom_contype, m.geom_contype)
+    with pytest.raises(ValueError, match="not a capsule geom"):
+        locomotion.Ant(model=MjxModelConfig(end_spheres=(("torso_geom", "ball"),)))
+    with pytest.raises(ValueError, match="name pairs"):
+        MjxModelConfig(end_spheres=("left_ankle_geom",))
+
+
 def test_render_in_a_subprocess(tmp_path):
     """One frame of a Hopper state with MuJoCo's renderer (EGL) directly and through the
     run folder's hook (`make_renderer`), or a one-line reason why it cannot draw here."""
@@ -187,3 +226,22 @@ def test_render_in_a_subprocess(tmp_path):
     if "SKIP" in proc.stdout:
         pytest.skip(proc.stdout.strip().splitlines()[-1])
     assert "OK" in proc.stdout
+
+
+def test_locomotion_suite_skips_a_long_compile(capsys):
+    """`--suite=locomotion` runs an env's measurements in a worker process; a compile
+    that runs past the limit is skipped with a line saying so, and a new worker goes
+    on with the next measurement (here every compile is over its 0.01 s limit)."""
+    from experiments.benchmarks.locomotion import run_locomotion_suite
+
+    records = run_locomotion_suite(
+        (2,), 2, 1, envs=("Ant",), compile_limit_s=0.01, impls=("jaxdrive", "brax")
+    )
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Ant")]
+    assert records == []
+    assert rows[0] == "Ant            2 envs  jaxdrive      compile ran past 0.01 s: skipped"
+    assert len(rows) == 2 and "brax" in rows[1] and "skipped" in rows[1]
+    with pytest.raises(ValueError, match="locomotion envs must be among"):
+        run_locomotion_suite((2,), 2, 1, envs=("Hopper",))
+    with pytest.raises(ValueError, match="locomotion impls must be among"):
+        run_locomotion_suite((2,), 2, 1, impls=("gymnasium",))

@@ -7,7 +7,8 @@ every quantity the v5 envs read after ``mj_step`` (``xipos``, ``cinert``, ``cvel
 read from the same fields of the MJX data. ``cfrc_ext`` comes from
 `mjx.rne_postconstraint` after the step, as Gymnasium calls ``mj_rnePostConstraint``,
 and is kept in the state (zeros after a reset, where Gymnasium's ``mj_forward`` leaves
-it zero).
+it zero); an env whose options use no ``cfrc_ext`` (`MujocoEnv.uses_cfrc_ext`) skips
+that pass and keeps zeros.
 
 Dimension letters: ``Q`` = ``nq`` position coordinates, ``V`` = ``nv`` velocity
 coordinates, ``U`` = ``nu`` actuators, ``B`` = ``nbody`` bodies (world included),
@@ -65,9 +66,9 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
 
     Subclasses are frozen dataclasses (more options, their own ``frame_skip`` default)
     and set the class attributes ``_ENV`` (the `MJX_PRESETS` key), ``_XML`` (Gymnasium's
-    file name), ``_NORMAL_QVEL_NOISE`` (reset ``qvel`` noise Gaussian, else uniform) and
-    ``_USES_CFRC_EXT`` (compute ``cfrc_ext`` after each step, else keep zeros).
-    They implement `obs_parts`, `_obs`, `_forward_position`, `_terms` and `_healthy`.
+    file name) and ``_NORMAL_QVEL_NOISE`` (reset ``qvel`` noise Gaussian, else uniform).
+    They implement `obs_parts`, `_obs`, `_forward_position`, `_terms` and `_healthy`, and
+    `uses_cfrc_ext` where their observation or reward reads ``cfrc_ext``.
 
     Args:
       xml_file: a model file to load instead of Gymnasium's (the ``model`` edits apply).
@@ -81,7 +82,6 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
     _ENV: ClassVar[str] = ""
     _XML: ClassVar[str] = ""
     _NORMAL_QVEL_NOISE: ClassVar[bool] = False
-    _USES_CFRC_EXT: ClassVar[bool] = False
 
     xml_file: str | None = None
     frame_skip: int = 5
@@ -136,6 +136,12 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
         """The edited model as MJCF text: what Gymnasium's ``xml_file`` loads for a
         reference on the same model."""
         return self._cache["xml"]
+
+    @property
+    def uses_cfrc_ext(self) -> bool:
+        """Whether the observation or the reward reads ``cfrc_ext`` (a static property
+        of the options): if not, `step` skips `mjx.rne_postconstraint` and keeps zeros."""
+        return False
 
     @property
     def dt(self) -> float:
@@ -214,15 +220,25 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
 
     def state_from(self, qpos: jax.Array, qvel: jax.Array) -> MujocoState:
         """The state of Gymnasium's ``set_state(qpos, qvel)`` after ``mj_resetData``:
-        zero controls, warm start and time, the kinematics the observation reads
-        (``xipos``, ``cinert``, ``cvel``) computed, ``cfrc_ext`` zero."""
+        zero controls, warm start and time; of what ``mj_forward`` computes, the fields
+        the observations and the next step's forward velocity read (``xpos``,
+        ``xipos``, ``subtree_com``, ``cinert``, ``cvel``), the others left as
+        `mjx.make_data` makes them (the next step computes them before reading them,
+        as ``mj_step`` does); ``cfrc_ext`` zero."""
         from mujoco import mjx
 
         m = self.mjx_model
         d = self._cache["data0"].replace(
             qpos=jnp.asarray(qpos, jnp.float32), qvel=jnp.asarray(qvel, jnp.float32)
         )
-        d = mjx.com_vel(m, mjx.com_pos(m, mjx.kinematics(m, d)))
+        k = mjx.com_vel(m, mjx.com_pos(m, mjx.kinematics(m, d)))
+        d = d.replace(
+            xpos=k.xpos,
+            xipos=k.xipos,
+            subtree_com=k.subtree_com,
+            cvel=k.cvel,
+            _impl=d._impl.replace(cinert=k._impl.cinert),
+        )
         nbody = self.mj_model.nbody
         return MujocoState(
             data=d,
@@ -239,13 +255,13 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
 
     def _physics(self, data: Any, action: jax.Array) -> tuple[Any, jax.Array]:
         """``frame_skip`` MJX steps with ``ctrl = action``; returns the data and ``[B, 6]``
-        ``cfrc_ext`` (only when the env reads it; else zeros)."""
+        ``cfrc_ext`` (only where `uses_cfrc_ext`; else zeros)."""
         from mujoco import mjx
 
         m = self.mjx_model
         data = data.replace(ctrl=action)
         data = jax.lax.fori_loop(0, self.frame_skip, lambda _, d: mjx.step(m, d), data)
-        if self._USES_CFRC_EXT:
+        if self.uses_cfrc_ext:
             cfrc_ext = mjx.rne_postconstraint(m, data)._impl.cfrc_ext
         else:
             cfrc_ext = jnp.zeros((self.mj_model.nbody, 6), jnp.float32)

@@ -7,8 +7,11 @@ termination, the reset noise, ``frame_skip`` and the 1000-step limit. Numeric op
 are `EnvParams` fields under v5's names; options that change shapes or the model are
 constructor arguments (``xml_file``, ``frame_skip``, ``model``,
 ``exclude_current_positions_from_observation``, ``include_*_in_observation``,
-``main_body``). ``model="mjx"`` (the default) edits the model for MJX (see
-`environments.mujoco.model`); ``model="gymnasium"`` keeps it as shipped.
+``main_body``; and ``include_contact_cost``, which v5 does not have: off, Humanoid's and
+Ant's reward drop the contact cost, and with ``include_cfrc_ext_in_observation`` off too
+the step computes no ``cfrc_ext``, as Brax's MJX envs). ``model="mjx"`` (the default)
+edits the model for MJX (see `environments.mujoco.model`); ``model="gymnasium"`` keeps
+it as shipped.
 """
 
 from __future__ import annotations
@@ -91,18 +94,23 @@ class Humanoid(MujocoEnv[HumanoidParams]):
     ``exclude_current_positions_from_observation`` is off), ``qvel``, then, each when
     included, ``cinert[1:]``, ``cvel[1:]``, ``qfrc_actuator[6:]``, ``cfrc_ext[1:]``
     flattened. Reward: ``forward_reward_weight * vx`` of the centre of mass (body-mass
-    weighted ``xipos``) + ``healthy_reward`` while ``low < z < high`` − ``ctrl_cost_weight
-    * |a|²`` − ``clip(contact_cost_weight * |cfrc_ext|², contact_cost_range)``.
+    weighted ``xipos``: MuJoCo's ``subtree_com`` of the world body) + ``healthy_reward``
+    while ``low < z < high`` − ``ctrl_cost_weight * |a|²`` − ``clip(contact_cost_weight *
+    |cfrc_ext|², contact_cost_range)`` (0 when ``include_contact_cost`` is off).
     """
 
     _ENV = "Humanoid"
     _XML = "humanoid.xml"
-    _USES_CFRC_EXT = True
 
     include_cinert_in_observation: bool = True
     include_cvel_in_observation: bool = True
     include_qfrc_actuator_in_observation: bool = True
     include_cfrc_ext_in_observation: bool = True
+    include_contact_cost: bool = True
+
+    @property
+    def uses_cfrc_ext(self) -> bool:
+        return self.include_cfrc_ext_in_observation or self.include_contact_cost
 
     @property
     def default_params(self) -> HumanoidParams:
@@ -138,15 +146,16 @@ class Humanoid(MujocoEnv[HumanoidParams]):
         return jnp.concatenate(parts).astype(jnp.float32)
 
     def _forward_position(self, data: Any) -> jax.Array:
-        mass = jnp.asarray(self.mj_model.body_mass, jnp.float32)
-        return (mass @ data.xipos / jnp.sum(mass))[:2]
+        return data.subtree_com[0, :2]  # the world body's subtree: the whole robot
 
     def _healthy(self, data: Any, params: HumanoidParams) -> jax.Array:
         return _in_open(data.qpos[2], params.healthy_z_range)
 
     def _terms(self, velocity, healthy, data, cfrc_ext, action, params):
-        contact = params.contact_cost_weight * jnp.sum(jnp.square(cfrc_ext))
-        contact = jnp.clip(contact, *params.contact_cost_range)
+        contact = jnp.zeros((), jnp.float32)
+        if self.include_contact_cost:
+            contact = params.contact_cost_weight * jnp.sum(jnp.square(cfrc_ext))
+            contact = jnp.clip(contact, *params.contact_cost_range)
         return {
             "reward_survive": healthy * jnp.float32(params.healthy_reward),
             "reward_forward": params.forward_reward_weight * velocity[0],
@@ -180,16 +189,21 @@ class Ant(MujocoEnv[AntParams]):
     ``contact_force_range``, flattened. Reward: ``forward_reward_weight * vx`` of
     ``main_body``'s ``xpos`` + ``healthy_reward`` while healthy (finite state and
     ``low <= z <= high``) − ``ctrl_cost_weight * |a|²`` − ``contact_cost_weight *
-    |clip(cfrc_ext)|²``. Reset ``qvel`` noise is Gaussian.
+    |clip(cfrc_ext)|²`` (0 when ``include_contact_cost`` is off). Reset ``qvel`` noise
+    is Gaussian.
     """
 
     _ENV = "Ant"
     _XML = "ant.xml"
     _NORMAL_QVEL_NOISE = True
-    _USES_CFRC_EXT = True
 
     include_cfrc_ext_in_observation: bool = True
+    include_contact_cost: bool = True
     main_body: int | str = 1
+
+    @property
+    def uses_cfrc_ext(self) -> bool:
+        return self.include_cfrc_ext_in_observation or self.include_contact_cost
 
     def _check_model(self, mj_model: Any) -> None:
         import mujoco
@@ -234,11 +248,14 @@ class Ant(MujocoEnv[AntParams]):
         return finite & (lo <= data.qpos[2]) & (data.qpos[2] <= hi)
 
     def _terms(self, velocity, healthy, data, cfrc_ext, action, params):
-        forces = jnp.clip(cfrc_ext, *params.contact_force_range)
+        contact = jnp.zeros((), jnp.float32)
+        if self.include_contact_cost:
+            forces = jnp.clip(cfrc_ext, *params.contact_force_range)
+            contact = params.contact_cost_weight * jnp.sum(jnp.square(forces))
         return {
             "reward_forward": params.forward_reward_weight * velocity[0],
             "reward_ctrl": -_ctrl_cost(action, params.ctrl_cost_weight),
-            "reward_contact": -params.contact_cost_weight * jnp.sum(jnp.square(forces)),
+            "reward_contact": -contact,
             "reward_survive": healthy * jnp.float32(params.healthy_reward),
             **_xy_values(data, velocity),
         }

@@ -11,7 +11,8 @@ Two named configs per env (``model="gymnasium"`` or ``model="mjx"``):
 * ``"gymnasium"``: the XML as shipped; only the solver changes where the XML asks for
   PGS (MJX implements CG and Newton; Newton takes its place).
 * ``"mjx"``: the edits Brax makes for its MJX envs: only the listed geoms collide,
-  and only with the floor; Euler integration (no RK4); Newton with few iterations.
+  and only with the floor; Euler integration (no RK4); Newton with few iterations;
+  Ant's lower legs get Brax's massless foot spheres, which alone touch the floor.
   See ``docs/environments/mujoco.md`` for each env's list.
 """
 
@@ -41,6 +42,11 @@ class MjxModelConfig:
       integrator: ``"euler"``, ``"rk4"``, ``"implicit"`` or ``"implicitfast"``.
       eulerdamp: whether Euler integrates joint damping implicitly (MuJoCo's default
         True; ``False`` sets ``mjDSBL_EULERDAMP``).
+      end_spheres: ``(capsule, sphere)`` name pairs: each named capsule (defined by
+        ``fromto``) gets a massless sphere geom named ``sphere``, of the capsule's
+        radius, centred on the capsule's ``fromto`` end point (its end cap), in the
+        same body: masses and inertias stay as they are. Added before
+        ``contact_geoms`` applies, so the spheres can be the geoms that collide.
       contact_geoms: names of the geoms that collide, each only with the floor (the
         world body's geoms); every other contact is switched off. ``None`` keeps the
         XML's ``contype``/``conaffinity``.
@@ -51,6 +57,7 @@ class MjxModelConfig:
     ls_iterations: int | None = None
     integrator: str | None = None
     eulerdamp: bool | None = None
+    end_spheres: tuple[tuple[str, str], ...] = ()
     contact_geoms: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -75,13 +82,24 @@ class MjxModelConfig:
                     f"{self.contact_geoms!r}"
                 )
             object.__setattr__(self, "contact_geoms", tuple(self.contact_geoms))
+        pairs = self.end_spheres
+        if isinstance(pairs, str) or not all(
+            isinstance(p, tuple | list) and len(p) == 2 and all(isinstance(n, str) for n in p)
+            for p in pairs
+        ):
+            raise ValueError(
+                "MjxModelConfig.end_spheres must be a tuple of (capsule, sphere) name pairs, "
+                f"got {pairs!r}"
+            )
+        object.__setattr__(self, "end_spheres", tuple(tuple(p) for p in pairs))
 
 
 _NEWTON_FEW = dict(solver="newton", integrator="euler")
 
 # The "mjx" edits per env (Brax's MJX envs: which geoms touch the floor, the solver and
-# its iterations). Ant: Gymnasium's model has no foot spheres, so its four lower-leg
-# capsules and the torso touch the floor.
+# its iterations). Ant: Brax's foot spheres (at the lower legs' tips, radius 0.08,
+# massless), which Gymnasium's model lacks, are added and are its only contacts.
+_ANT_LEGS = ("left", "right", "third", "fourth")
 MJX_PRESETS: dict[str, MjxModelConfig] = {
     "Humanoid": MjxModelConfig(
         **_NEWTON_FEW,
@@ -95,13 +113,8 @@ MJX_PRESETS: dict[str, MjxModelConfig] = {
         iterations=1,
         ls_iterations=4,
         eulerdamp=False,
-        contact_geoms=(
-            "torso_geom",
-            "left_ankle_geom",
-            "right_ankle_geom",
-            "third_ankle_geom",
-            "fourth_ankle_geom",
-        ),
+        end_spheres=tuple((f"{leg}_ankle_geom", f"{leg}_foot_geom") for leg in _ANT_LEGS),
+        contact_geoms=tuple(f"{leg}_foot_geom" for leg in _ANT_LEGS),
     ),
     "HalfCheetah": MjxModelConfig(
         **_NEWTON_FEW,
@@ -168,6 +181,7 @@ def _edit(spec: Any, config: MjxModelConfig) -> None:
         bit = int(mujoco.mjtDisableBit.mjDSBL_EULERDAMP)
         flags = int(opt.disableflags)
         opt.disableflags = flags & ~bit if config.eulerdamp else flags | bit
+    _add_end_spheres(spec, config.end_spheres)
     if config.contact_geoms is not None:
         world = spec.worldbody
         floor = [g for g in world.geoms]
@@ -185,6 +199,37 @@ def _edit(spec: Any, config: MjxModelConfig) -> None:
                 g.contype, g.conaffinity = 1, 0
             else:
                 g.contype, g.conaffinity = 0, 0
+
+
+def _add_end_spheres(spec: Any, pairs: tuple[tuple[str, str], ...]) -> None:
+    """`MjxModelConfig.end_spheres`: a massless sphere on each named capsule's end cap."""
+    import mujoco
+    import numpy as np
+
+    geoms = {g.name: g for g in spec.geoms}
+    for capsule, sphere in pairs:
+        g = geoms.get(capsule)
+        if g is None or g.type != mujoco.mjtGeom.mjGEOM_CAPSULE or np.isnan(g.fromto).any():
+            raise ValueError(
+                f"MjxModelConfig.end_spheres: {capsule!r} is not a capsule geom defined by "
+                f"fromto in this model"
+            )
+        if sphere in geoms:
+            raise ValueError(f"MjxModelConfig.end_spheres: the model has a geom {sphere!r}")
+        g.parent.add_geom(
+            name=sphere,
+            type=mujoco.mjtGeom.mjGEOM_SPHERE,
+            size=[g.size[0], 0.0, 0.0],
+            pos=np.asarray(g.fromto[3:], np.float64),
+            mass=0.0,
+            contype=g.contype,
+            conaffinity=g.conaffinity,
+            friction=g.friction,
+            condim=g.condim,
+            margin=g.margin,
+            rgba=g.rgba,
+        )
+        geoms[sphere] = None
 
 
 def load_model(xml_path: str, config: MjxModelConfig) -> tuple[Any, str]:

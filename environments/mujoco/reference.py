@@ -39,7 +39,7 @@ __all__ = [
     "summarize",
 ]
 
-_NOT_GYM_OPTIONS = ("xml_file", "model", "max_episode_steps")
+_NOT_GYM_OPTIONS = ("xml_file", "model", "max_episode_steps", "include_contact_cost")
 
 
 @contextlib.contextmanager
@@ -61,7 +61,8 @@ def quiet_mujoco_warnings() -> Iterator[None]:
 
 def gymnasium_env(env: MujocoEnv, params: Any = None) -> Any:
     """Gymnasium's ``<Name>-v5`` (unwrapped) on ``env.model_xml()`` with ``env``'s
-    constructor options and ``params`` (default: ``env.default_params``)."""
+    constructor options and ``params`` (default: ``env.default_params``); an env without
+    the contact cost (``include_contact_cost=False``) gets ``contact_cost_weight=0``."""
     import gymnasium
 
     params = env.default_params if params is None else params
@@ -74,6 +75,8 @@ def gymnasium_env(env: MujocoEnv, params: Any = None) -> Any:
         kwargs[f.name] = tuple(float(x) for x in v) if isinstance(v, tuple) else v
         if isinstance(v, bool | np.bool_):
             kwargs[f.name] = bool(v)
+    if not getattr(env, "include_contact_cost", True):  # v5's way: a zero weight
+        kwargs["contact_cost_weight"] = 0.0
     with tempfile.NamedTemporaryFile("w", suffix=".xml", delete=False) as f:
         f.write(env.model_xml())
     try:

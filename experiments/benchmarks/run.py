@@ -108,6 +108,15 @@ flags.DEFINE_list(
 )
 flags.DEFINE_integer("tag_learning_steps", 100_000_000, "env steps of the Tag learning runs")
 flags.DEFINE_list("locomotion_envs", ["1024", "4096", "16384"], "env counts of --suite=locomotion")
+flags.DEFINE_list("locomotion_names", ["Humanoid", "Ant"], "envs of --suite=locomotion")
+flags.DEFINE_float(
+    "locomotion_compile_limit_s", 240.0, "--suite=locomotion: skip a longer compile (0: no limit)"
+)
+flags.DEFINE_list(
+    "locomotion_impls",
+    ["jaxdrive", "jaxdrive_lean", "mjx_raw", "brax"],
+    "rows of --suite=locomotion",
+)
 flags.DEFINE_integer("parity_states", 10_000, "states per env of --suite=mujoco_parity")
 flags.DEFINE_enum("parity_model", "mjx", ["mjx", "gymnasium"], "model of --suite=mujoco_parity")
 flags.DEFINE_string("compare", "", "anchor JSON lines to compare with (comma-separated globs)")
@@ -457,7 +466,11 @@ def _run() -> None:
 
         if FLAGS.suite == "locomotion":
             sizes = tuple(int(n) for n in FLAGS.locomotion_envs)
-            records += locomotion.run_locomotion_suite(sizes, FLAGS.num_steps, FLAGS.repeats)
+            records += locomotion.run_locomotion_suite(
+                sizes, FLAGS.num_steps, FLAGS.repeats, envs=tuple(FLAGS.locomotion_names),
+                compile_limit_s=FLAGS.locomotion_compile_limit_s,
+                impls=tuple(FLAGS.locomotion_impls),
+            )  # fmt: skip
         else:
             records += locomotion.run_parity_suite(FLAGS.parity_states, FLAGS.parity_model)
     if FLAGS.suite == "locomotion_learning":

@@ -113,7 +113,7 @@ class EnvStepTimer:
     """Env-only stepping compiled once, timed as often as asked (`time_env_steps` is one
     `time` of a new timer). Building it resets the envs and compiles the ``T``-step scan
     once; `time` runs the compiled program ``repeats`` times and returns a result
-    record."""
+    record. ``reset_pool``: auto-reset from these start states (`jaxdrive.vectorize`)."""
 
     def __init__(
         self,
@@ -125,8 +125,11 @@ class EnvStepTimer:
         auto_reset: bool = True,
         reset_mode: str = "auto",
         fold: bool = True,
+        reset_pool: Any = None,
     ) -> None:
-        venv = jaxdrive.vectorize(env, num_envs, auto_reset=auto_reset, reset_mode=reset_mode)
+        venv = jaxdrive.vectorize(
+            env, num_envs, auto_reset=auto_reset, reset_mode=reset_mode, reset_pool=reset_pool
+        )
         policy = random_actions.random_policy(env)
 
         @jax.jit
