@@ -52,7 +52,7 @@ from typing import Any
 from absl import app, flags
 
 from experiments import common
-from experiments.benchmarks import locomotion_learning, population, population_learning
+from experiments.benchmarks import locomotion_learning, mpe, population, population_learning
 from experiments.benchmarks.tag_config import make_tag
 
 __all__ = [
@@ -454,9 +454,7 @@ def _run() -> None:
 
         records += run_adapters_suite(FLAGS.num_steps, FLAGS.repeats)
     if FLAGS.suite in MPE_SUITES:
-        from experiments.benchmarks.mpe import run_mpe_suite
-
-        records += run_mpe_suite(FLAGS.suite, FLAGS.repeats)
+        records += mpe.run_mpe_suite(FLAGS.suite, FLAGS.repeats)
     if FLAGS.suite == "recurrent":
         from experiments.benchmarks.recurrent import run_recurrent_suite
 
