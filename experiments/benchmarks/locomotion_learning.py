@@ -49,7 +49,9 @@ flags.DEFINE_list("learn_algos", ["ppo", "sac"], "algorithms: ppo, sac, td3")
 flags.DEFINE_integer("learn_seeds", 3, "seeds per env and algorithm", lower_bound=1)
 flags.DEFINE_float("learn_budget_s", 300.0, "wall seconds per run (compile included)")
 flags.DEFINE_integer("learn_eval_every", 1, "chunks between evaluations", lower_bound=1)
-flags.DEFINE_integer("learn_eval_episodes", 128, "deterministic evaluation episodes", lower_bound=32)
+flags.DEFINE_integer(
+    "learn_eval_episodes", 128, "deterministic evaluation episodes", lower_bound=32
+)
 flags.DEFINE_bool("brax_anchor", True, "also run Brax's PPO on its humanoid when importable")
 flags.DEFINE_integer("brax_timesteps", 30_000_000, "env steps of the Brax PPO run")
 flags.DEFINE_integer("brax_evals", 6, "evaluations of the Brax PPO run")
