@@ -7,10 +7,12 @@ in a temporary folder (removed when the run ends), so each program compiles once
 run. A ``JAX_COMPILATION_CACHE_DIR`` already set is used as it is and kept;
 ``JAXDRIVE_TEST_XLA_CACHE=0`` turns the shared cache off.
 
-The tests run tiny programs, whose time is XLA's compile time: the test processes, and
-the scripts and notebooks they start, compile without the CPU backend's expensive LLVM
-passes (``XLA_FLAGS``, set before jax starts; ``JAXDRIVE_TEST_FAST_COMPILE=0`` keeps
-XLA's defaults).
+The tests run tiny programs, whose time is XLA's compile time, so they compile without
+the CPU backend's expensive LLVM passes (``XLA_FLAGS``, set before jax starts). The
+scripts and notebooks the tests start also skip the backend's optimisations (set for
+child processes once the test process's own backend has started: some in-process tests
+compare two compiled forms bit for bit, which those optimisations' absence can change).
+``JAXDRIVE_TEST_FAST_COMPILE=0`` keeps XLA's defaults everywhere.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import shutil
 import sys
 import tempfile
 
+import pytest
+
 _OWNED_CACHE: list[str] = []
-
-
-_FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+_FAST_COMPILE = "--xla_llvm_disable_expensive_passes=true"
+_FASTER_IN_CHILDREN = "--xla_backend_optimization_level=0"
 
 
 def pytest_configure(config) -> None:
@@ -58,3 +61,22 @@ def pytest_unconfigure(config) -> None:
     for path in _OWNED_CACHE:
         shutil.rmtree(path, ignore_errors=True)
     _OWNED_CACHE.clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _faster_compile_in_child_processes():
+    """`_FASTER_IN_CHILDREN` in ``XLA_FLAGS`` for the processes tests start; this
+    process's backend starts first, with the flags it had."""
+    if os.environ.get("JAXDRIVE_TEST_FAST_COMPILE") == "0":
+        yield
+        return
+    import jax
+
+    jax.devices()  # this process's backend reads XLA_FLAGS now, not later
+    old = os.environ.get("XLA_FLAGS")
+    os.environ["XLA_FLAGS"] = f"{old or ''} {_FASTER_IN_CHILDREN}".strip()
+    yield
+    if old is None:
+        os.environ.pop("XLA_FLAGS", None)
+    else:
+        os.environ["XLA_FLAGS"] = old
