@@ -134,6 +134,25 @@ def check_evaluate(wd, tmp_path):
         evaluate.evaluate(wd, step=3)
 
 
+def test_evaluate_policy_masks_replayed_episodes_and_counts_nonfinite_returns():
+    """Ended envs reset and play on, but only each env's first episode counts (Counter
+    truncates after 7 steps of reward 1 per agent); non-finite returns are counted."""
+    from tests.toy_envs import Counter
+
+    env = Counter()
+    still = types.SimpleNamespace(
+        act=lambda p, k, obs: {g: jnp.ones(o.shape[:-1], jnp.int32) for g, o in obs.items()}
+    )
+    key = jax.random.PRNGKey(0)
+    params = env.default_params
+    res = common.evaluate_policy(env, params, still, None, key, episodes=3, max_steps=20)
+    assert res["episode_length"] == 7 and res["unfinished"] == 0 and res["nonfinite"] == 0
+    assert {g: r["mean"] for g, r in res["returns"].items()} == {"red": 7.0, "blue": 7.0}
+    bad = params.replace(step_reward=float("nan"))
+    res = common.evaluate_policy(env, bad, still, None, key, episodes=3, max_steps=20)
+    assert res["nonfinite"] == 3 * len(env.groups)
+
+
 def test_evaluate_policy_counts_rewards_until_done():
     """CartPole pays 1 per step: an episode's return equals its length; steps after
     the end are masked out, and a step cap leaves episodes unfinished."""
