@@ -9,6 +9,8 @@ partition's MJX step and compares a whole transition.
 
 from __future__ import annotations
 
+import tempfile
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,9 +33,9 @@ REGISTERED = {
 }
 
 
-def _reference(scenario, conf, steps=4, seed=0):
+def _reference(scenario, conf, steps=4, seed=0, **kwargs):
     with quiet_mujoco_warnings():
-        ref = mamujoco_v1.parallel_env(scenario, conf, agent_obsk=1)
+        ref = mamujoco_v1.parallel_env(scenario, conf, agent_obsk=1, **kwargs)
     ref.reset(seed=seed)
     for _ in range(steps):
         ref.step({a: ref.action_space(a).sample() for a in ref.possible_agents})
@@ -94,10 +96,14 @@ def test_bad_partition():
 
 @pytest.mark.slow
 def test_walker_partition_step_matches_reference():
-    """One compiled MJX step of ``Walker2d 2x3`` from the reference's state: every
-    agent's observation, the shared reward and termination."""
-    env = MaMuJoCo("Walker2d", "2x3", model="gymnasium")
-    ref = _reference("Walker2d", "2x3")
+    """One compiled MJX step of ``Walker2d 2x3`` (the ``"mjx"`` model, which the
+    reference loads as its ``xml_file``) from the reference's state: every agent's
+    observation, the shared reward and termination."""
+    env = MaMuJoCo("Walker2d", "2x3")
+    with tempfile.NamedTemporaryFile("w", suffix=".xml") as f:
+        f.write(env.single_agent_env.model_xml())
+        f.flush()
+        ref = _reference("Walker2d", "2x3", xml_file=f.name)
     single = ref.single_agent_env.unwrapped
     state = env.single_agent_env.state_from(single.data.qpos, single.data.qvel)
     import mujoco
