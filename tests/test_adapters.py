@@ -168,6 +168,27 @@ def test_mappo_trains_on_jaxmarl_mpe():
         assert np.all(np.isfinite(m[k])) and np.any(m[k] != 0), (k, m[k])
 
 
+def test_ppo_trains_on_jumanji_snake_with_its_action_mask():
+    """PPO end to end on an adapted Jumanji env whose timesteps carry action masks: the
+    masked categorical head acts, learns and never picks a masked action."""
+    env, params = jaxdrive.make("jumanji:Snake-v1", **ADAPTED["jumanji:Snake-v1"])
+    g = env.groups[0]
+    c = _config("jumanji:Snake-v1", iterations=2, num_steps=10)
+    trainer = algorithms.make_train(c, env, params)
+    rs, m = jax.device_get(jax.jit(trainer, compiler_options=FAST)(jax.random.key(0)))
+    assert np.all(m["episodes_done"] >= 0) and np.sum(m["episodes_done"]) >= 1
+    for k in (f"loss/{g}/value", f"loss/{g}/entropy"):
+        assert np.all(np.isfinite(m[k])), (k, m[k])
+    state, ts = jax.jit(env.reset)(jax.random.key(3), params)
+    assert ts.action_mask is not None
+    actions = jax.jit(trainer.act, static_argnames="deterministic")(
+        trainer.get_params(rs), jax.random.key(4), ts.obs, action_mask=ts.action_mask
+    )
+    picked = np.asarray(actions[g])
+    mask = np.asarray(ts.action_mask[g])
+    assert mask[np.arange(len(picked)), picked].all()
+
+
 # ----------------------------------------------------------------------------------------
 # Names, errors and laziness
 # ----------------------------------------------------------------------------------------
