@@ -47,6 +47,12 @@ flags.DEFINE_list(
 )
 flags.DEFINE_list("learn_algos", ["ppo", "sac"], "algorithms: ppo, sac, td3")
 flags.DEFINE_integer("learn_seeds", 3, "seeds per env and algorithm", lower_bound=1)
+flags.DEFINE_integer(
+    "learn_first_seed",
+    0,
+    "the first seed (seeds first_seed .. first_seed + seeds - 1)",
+    lower_bound=0,
+)
 flags.DEFINE_float("learn_budget_s", 300.0, "wall seconds per run (compile included)")
 flags.DEFINE_integer("learn_eval_every", 1, "chunks between evaluations", lower_bound=1)
 flags.DEFINE_integer(
@@ -274,7 +280,7 @@ def run_locomotion_learning_suite() -> list[dict[str, Any]]:
             config = _config(env, algorithm, 0)
             if not _registered(config.env_name):
                 break
-            for seed in range(FLAGS.learn_seeds):
+            for seed in range(FLAGS.learn_first_seed, FLAGS.learn_first_seed + FLAGS.learn_seeds):
                 rec = learning_curve(
                     _config(env, algorithm, seed),
                     budget_s=FLAGS.learn_budget_s,
