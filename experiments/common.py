@@ -31,14 +31,23 @@ import jax
 from absl import logging
 
 from algorithms.common.config import RUN_DEFAULTS, config_to_dict
-from experiments.policy_runs import evaluate_policy, find_renderer, render_rollout
+from experiments.policy_runs import (
+    animate_states,
+    compile_evaluation,
+    evaluate_policy,
+    find_renderer,
+    has_renderer,
+    render_rollout,
+)
 
 __all__ = [
     "CONFIG_FILE",
+    "animate_states",
     "build",
     "check_config",
     "check_output_path",
     "compilation_cache_from_flags",
+    "compile_evaluation",
     "config_diff",
     "default_cache_dir",
     "default_workdir",
@@ -48,6 +57,7 @@ __all__ = [
     "evaluate_policy",
     "exit_on_error",
     "find_renderer",
+    "has_renderer",
     "load_config",
     "parse_flags",
     "quiet_orbax",

@@ -7,8 +7,8 @@ unless ``--allow_config_change``), rebuilds the env and trainer, restores the ne
 checkpoint that restores and verifies (or ``--step``), plays ``--episodes`` episodes in
 parallel on the device (deterministic actions unless ``--nodeterministic``), prints the
 mean return per group, then writes ``<workdir>/eval.json``; ``--animation=path.gif``
-also animates one episode (envs with a renderer). Bad input and file-system errors are
-one ``error: <path>: <cause>`` line, exit status 2.
+also animates the first of them (envs with a renderer; the same rollout). Bad input
+and file-system errors are one ``error: <path>: <cause>`` line, exit status 2.
 
 Compiled programs are kept in JAX's persistent compilation cache, as for
 `experiments.train` (``--compilation_cache``, ``--compilation_cache_dir``; see
@@ -115,14 +115,16 @@ def evaluate(
         raise ValueError(f"the {config['algorithm']} trainer has no get_params/act to evaluate")
     state, meta = _restore(ckpt_dir, trainer, step)
     params = trainer.get_params(state)
-    key_eval, key_anim = jax.random.split(jax.random.PRNGKey(seed))
+    primary = jax.process_index() == 0
+    # one program plays the episodes and records the first one for the animation
     result = common.evaluate_policy(
-        env, env_params, trainer, params, key_eval,
+        env, env_params, trainer, params, jax.random.PRNGKey(seed),
         episodes=episodes, deterministic=deterministic, max_steps=max_steps,
+        animation=animation if primary else None,
+        animation_steps=animation_steps if animation else 0,
     )  # fmt: skip
     result = {"step": int(meta["iteration"]), "env_steps": meta.get("env_steps"), **result}
-    result["animation"] = None
-    primary = jax.process_index() == 0
+    result["animation"] = result.get("animation")
     if primary:
         rets = "  ".join(
             f"{g}={r['mean']:.4g} ± {r['std']:.3g}" for g, r in result["returns"].items()
@@ -133,11 +135,6 @@ def evaluate(
             f"mean length {result['episode_length']:.1f}: return {rets}",
             flush=True,
         )
-    if animation:
-        result["animation"] = common.render_rollout(
-            env, env_params, trainer, params, key_anim, animation,
-            num_steps=animation_steps, deterministic=deterministic,
-        )  # fmt: skip
     if primary:
         common.write_json(os.path.join(workdir, "eval.json"), result)
     return result

@@ -25,8 +25,11 @@ another run folder) loads its programs instead of compiling them;
 ``--compilation_cache_dir`` chooses the folder (default ``$JAX_COMPILATION_CACHE_DIR``,
 else ``$JAXDRIVE_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxdrive/xla`` or
 ``~/.cache/jaxdrive/xla``); a folder that cannot be written is a one-line warning and a
-run without the cache (`experiments.common.setup_compilation_cache`). The first chunk is
-compiled ahead of time; the log says how long it took and whether it came from the cache.
+run without the cache (`experiments.common.setup_compilation_cache`). The init and chunk
+programs compile ahead of time, side by side; the log says how long the chunk took and
+whether it came from the cache, and the first progress line comes after one iteration
+(`jaxdrive.loop`). The program of the evaluation episodes and the animation (one
+rollout gives both) compiles while training runs.
 
 The run folder layout is described in `experiments.common`. Its rules:
 
@@ -59,7 +62,7 @@ from absl import app, flags, logging
 from experiments import common
 from jaxdrive.checkpoint import Checkpointer, config_hash, step_folders
 from jaxdrive.logging import plot_curves, read_metrics
-from jaxdrive.loop import TrainingDivergedError, train_loop
+from jaxdrive.loop import TrainingDivergedError, chunk_size, train_loop
 from jaxdrive.runfolder import CHECKPOINT_DIR, plain_config, resume_point
 from jaxdrive.runlock import RunLock
 
@@ -190,35 +193,61 @@ def _train(
     primary = jax.process_index() == 0
     logging.info("run folder %s; devices %s", workdir, common.describe_devices())
     rs = common.run_settings(config)
-    ipc = int(rs["iterations_per_chunk"])
+    ipc = chunk_size(trainer.num_iterations, int(rs["iterations_per_chunk"]))  # the loop's
     logging.info(
         "%s on %s: %d iterations of %d env steps, chunks of %d",
         config["algorithm"], config["env_name"], trainer.num_iterations,
         trainer.env_steps_per_iteration, ipc,
     )  # fmt: skip
 
+    if animation is None:
+        animation = rs["animate"] if rs["animate"] is not None else True
+    can_act = trainer.get_params is not None and trainer.act is not None
+    animate = bool(animation) and can_act and common.has_renderer(env)  # GIF: process 0
+    gif_path = os.path.join(workdir, "animation.gif")
+    anim_steps = int(rs["animation_steps"])
+    eval_every = int(rs["eval_every_chunks"] or 0) if can_act else 0
+    # one program plays the evaluation episodes and records the animation's states
+    eval_kw = dict(
+        episodes=int(rs["eval_num_envs"]), deterministic=bool(rs["eval_deterministic"]),
+        animation_steps=anim_steps if animate else 0,
+    )  # fmt: skip
+    anim_kw = dict(episodes=1, deterministic=True, max_steps=anim_steps)  # render_rollout's
+    gif: list[str | None] = []
+
+    def compile_ahead(abstract_state: Any) -> None:
+        """Starts compiling the evaluation / animation program while training compiles."""
+        if not (eval_every or animate):
+            return
+        params = jax.eval_shape(trainer.get_params, abstract_state)
+        kw = eval_kw if eval_every else {**anim_kw, "animation_steps": anim_steps}
+        common.compile_evaluation(env, env_params, trainer, params, **kw)
+
     on_chunk = None
     eval_path = os.path.join(workdir, "eval.jsonl")
-    eval_every = int(rs["eval_every_chunks"] or 0)
-    if eval_every > 0 and trainer.act is not None and trainer.get_params is not None:
+    if eval_every > 0:
         trimmed = []
 
         def on_chunk(info):  # periodic evaluation episodes -> eval.jsonl
             if not trimmed and primary:  # records past the restored checkpoint go
                 trimmed.append(common.trim_jsonl(eval_path, info.start_iteration))
             last = info.end_iteration == trainer.num_iterations
-            if (info.end_iteration // ipc) % eval_every and not last:
+            end = info.end_iteration
+            if (end % ipc or (end // ipc) % eval_every) and not last:
                 return False
             res = common.evaluate_policy(
                 env, env_params, trainer, trainer.get_params(info.runner_state),
-                jax.random.PRNGKey(info.end_iteration), episodes=int(rs["eval_num_envs"]),
-                deterministic=bool(rs["eval_deterministic"]),
+                jax.random.PRNGKey(end),
+                animation=gif_path if last and animate and primary else None,
+                **eval_kw,
             )  # fmt: skip
-            res = {"iteration": info.end_iteration, "env_steps": int(info.env_steps[-1]), **res}
+            if "animation" in res:
+                gif.append(res.pop("animation"))
+            res = {"iteration": end, "env_steps": int(info.env_steps[-1]), **res}
             if primary:
                 with open(eval_path, "a") as f:
                     f.write(json.dumps(res) + "\n")
-            logging.info("eval at iteration %d: %s", info.end_iteration, res["returns"])
+            logging.info("eval at iteration %d: %s", end, res["returns"])
             return False
 
     state, hist = train_loop(
@@ -232,17 +261,14 @@ def _train(
         on_chunk=on_chunk,
         check_config=not allow_config_change,
         metadata={"env_name": config["env_name"], "algorithm": config["algorithm"]},
+        compile_ahead=compile_ahead,
     )
-    plots, gif = [], None
-    if primary:
-        plots = plot_curves(workdir)
-        if animation is None:
-            animation = rs["animate"] if rs["animate"] is not None else True
-        if animation and trainer.get_params is not None and trainer.act is not None:
-            gif = common.render_rollout(
-                env, env_params, trainer, trainer.get_params(state), jax.random.PRNGKey(1),
-                os.path.join(workdir, "animation.gif"), num_steps=int(rs["animation_steps"]),
-            )  # fmt: skip
+    plots = plot_curves(workdir) if primary else []
+    if animate and primary and not gif:  # no evaluation at the end recorded it
+        params, key = trainer.get_params(state), jax.random.PRNGKey(1)
+        kw = dict(num_steps=anim_steps, deterministic=True)
+        gif.append(common.render_rollout(env, env_params, trainer, params, key, gif_path, **kw))
+    gif = gif[0] if gif else None
 
     records = read_metrics(workdir) if primary else []
     # the last iteration in which an episode ended (the others have no returns)

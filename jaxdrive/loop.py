@@ -8,11 +8,17 @@ scalars, updates a progress bar and saves a checkpoint every
 ``checkpoint_every_chunks`` chunks and at the end.
 
 Chunk boundaries sit at multiples of the chunk size from iteration 0 (`chunk_size`: the
-nearest divisor of the iterations down to half of ``iterations_per_chunk``, so one
-executable serves the whole run; logged once). Fixed boundaries make a resumed run call
-the same executables on the same states as an uninterrupted one: bitwise equal numbers.
-The runner state is donated to each chunk, compiled ahead of time (the log says how
-long that took and whether the persistent compilation cache supplied it).
+nearest divisor of the iterations down to half of ``iterations_per_chunk``; logged
+once). One compiled program runs every call, its iteration count an argument
+(`jaxdrive.loop_programs`): the first call runs a single iteration, so the first
+progress line (marked as such, with the time since the start) comes right after
+compilation; the next call runs the rest of that chunk, then whole chunks. The same
+executable for every call makes a resumed run compute the same numbers on the same
+states as an uninterrupted one: bitwise equal. The init and chunk programs are
+compiled ahead of time and side by side (`jaxdrive.aot`; the state is donated to each
+call), with the run's other programs (``compile_ahead``, e.g. evaluation); no chunk runs
+while a compilation does. The log says how long the chunk took and whether the
+persistent compilation cache supplied it.
 
 Run folder written under ``workdir`` (every part optional when ``workdir`` is None)::
 
@@ -32,17 +38,16 @@ import logging
 import math
 import os
 import time
-import warnings
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from jaxdrive.aot import wait_pending
 from jaxdrive.checkpoint import Checkpointer, config_hash
 from jaxdrive.logging import MetricsLogger, episode_metric
+from jaxdrive.loop_programs import float_leaves, programs_for
 from jaxdrive.runfolder import CHECKPOINT_DIR, plain_config, restore_run, resume_point
 from jaxdrive.runlock import RunLock
 from jaxdrive.training import Trainer
@@ -139,36 +144,6 @@ def _check_count(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
-
-
-def _path_str(path: tuple) -> str:
-    parts = []
-    for k in path:
-        for attr in ("key", "name", "idx"):
-            if hasattr(k, attr):
-                parts.append(str(getattr(k, attr)))
-                break
-        else:
-            parts.append(str(k))
-    return "/".join(parts) or "<root>"
-
-
-def _float_leaves(tree: Any) -> tuple[list[str], list[Any]]:
-    names, leaves = [], []
-    for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        dtype = getattr(x, "dtype", None)
-        if dtype is not None and jnp.issubdtype(dtype, jnp.inexact):
-            names.append(_path_str(path))
-            leaves.append(x)
-    return names, leaves
-
-
-def _finite_flags(tree: Any) -> jax.Array:
-    """``bool[L]``: whether each float leaf of ``tree`` is all finite (one reduction)."""
-    _, leaves = _float_leaves(tree)
-    if not leaves:
-        return jnp.ones((0,), bool)
-    return jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])
 
 
 def _check_metrics(metrics: dict[str, np.ndarray], iterations: np.ndarray) -> None:
@@ -270,87 +245,12 @@ class _Progress:
             self._bar = None
 
 
-class _CacheEvents(list):
-    """The `jax.monitoring` events recorded while it is entered (the persistent
-    compilation cache records ``…/compile_requests_use_cache`` and ``…/cache_hits``)."""
-
-    def __call__(self, event: str, **kwargs: Any) -> None:
-        self.append(event)
-
-    def __enter__(self) -> _CacheEvents:
-        jax.monitoring.register_event_listener(self)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        jax.monitoring.unregister_event_listener(self)
-
-    def from_cache(self) -> str:
-        """``"yes"``, ``"no"`` or ``"no, the persistent cache is off"``."""
-        if "/jax/compilation_cache/cache_hits" in self:
-            return "yes"
-        if "/jax/compilation_cache/compile_requests_use_cache" in self:
-            return "no"
-        return "no, the persistent cache is off"
-
-
-class _Compiled:
-    """A trainer's jitted init, finite check and ahead-of-time compiled chunks, kept per
-    trainer so that repeated `train_loop` calls (resumes, notebooks) compile once."""
-
-    def __init__(self, trainer: Trainer):
-        self.init = jax.jit(trainer.init)
-        self.finite = jax.jit(_finite_flags)
-        self._chunk = jax.jit(trainer.chunk, static_argnums=1, donate_argnums=0)
-        self._executables: dict[Any, Any] = {}
-
-    @staticmethod
-    def _signature(state: Any, k: int) -> tuple:
-        leaves, treedef = jax.tree.flatten(state)
-        kinds = [(jnp.shape(x), jnp.result_type(x), getattr(x, "sharding", None)) for x in leaves]
-        return (k, treedef, tuple(kinds))
-
-    def ready(self, state: Any, k: int) -> bool:
-        """Whether ``chunk(·, k)`` for states like ``state`` is already compiled."""
-        return self._signature(state, k) in self._executables
-
-    def executable(self, state: Any, k: int) -> tuple[Any, dict[str, Any] | None]:
-        """The compiled ``chunk(·, k)`` for states like ``state``, and, when it was just
-        built, ``{"lower_seconds", "compile_seconds", "from_cache"}`` (tracing and
-        lowering to StableHLO; XLA compilation or the persistent-cache load; whether the
-        persistent compilation cache supplied it), else ``None``."""
-        sig = self._signature(state, k)
-        if sig in self._executables:
-            return self._executables[sig], None
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*donated buffers.*")
-            t0 = time.perf_counter()
-            lowered = self._chunk.lower(state, k)
-            t1 = time.perf_counter()
-            with _CacheEvents() as events:
-                exe = lowered.compile()
-            t2 = time.perf_counter()
-        self._executables[sig] = exe
-        return exe, {
-            "lower_seconds": t1 - t0,
-            "compile_seconds": t2 - t1,
-            "from_cache": events.from_cache(),
-        }
-
-
-_CACHE: weakref.WeakKeyDictionary[Trainer, _Compiled] = weakref.WeakKeyDictionary()
-
-
-def _cache(trainer: Trainer) -> _Compiled:
-    if trainer not in _CACHE:
-        _CACHE[trainer] = _Compiled(trainer)
-    return _CACHE[trainer]
-
-
 def chunk_size(num_iterations: int, iterations_per_chunk: int) -> int:
     """The chunk size used for ``num_iterations``: ``iterations_per_chunk`` when it
     divides them, else the largest divisor of ``num_iterations`` in
-    ``[ceil(iterations_per_chunk / 2), iterations_per_chunk]`` (one compiled program
-    instead of a second one for a remainder chunk), else ``iterations_per_chunk``."""
+    ``[ceil(iterations_per_chunk / 2), iterations_per_chunk]`` (chunks of one length:
+    no remainder chunk, which a program of static length, as a population's chunk,
+    would compile a second time), else ``iterations_per_chunk``."""
     ipc = max(1, min(int(iterations_per_chunk), max(int(num_iterations), 1)))
     if num_iterations % ipc == 0:
         return ipc
@@ -388,6 +288,7 @@ def train_loop(
     on_chunk: Callable[[ChunkInfo], Any] | None = None,
     check_config: bool = True,
     metadata: dict[str, Any] | None = None,
+    compile_ahead: Callable[[Any], Any] | None = None,
 ) -> tuple[Any, History]:
     """Trains ``trainer`` for its ``num_iterations`` in compiled chunks; see the module doc.
 
@@ -409,6 +310,12 @@ def train_loop(
       check_config: on resume, require the checkpoint's config hash (of
         ``trainer.config`` without its ``run`` section) to match.
       metadata: extra JSON-able entries for every checkpoint's metadata.
+      compile_ahead: called once with the runner state's abstract value
+        (`jax.ShapeDtypeStruct` leaves) right after the chunk program's compilation has
+        started: lower the run's other programs there (`jaxdrive.aot.compile_async`,
+        e.g. evaluation) and they compile beside it. Every chunk waits for the
+        compilations started so far (`jaxdrive.aot.wait_pending`), so that none runs
+        beside a chunk (XLA's autotuner allocates device memory).
 
     Process 0 holds ``workdir``'s `jaxdrive.runlock.RunLock` throughout. Nothing in
     ``workdir`` changes before the checkpoint checks pass; then ``metrics.jsonl`` and
@@ -455,9 +362,10 @@ def train_loop(
             lock = RunLock(workdir).acquire()
             closers.append(lock.release)
     failing = True
+    point = None
     try:
         if workdir is not None:
-            resume_point(workdir, chash, total, resume=resume, check_config=check_config)
+            point = resume_point(workdir, chash, total, resume=resume, check_config=check_config)
             ckpt = Checkpointer(os.path.join(workdir, CHECKPOINT_DIR), max_to_keep=keep)
             closers.insert(0, ckpt.close)
             if logger is None:
@@ -465,8 +373,14 @@ def train_loop(
                 closers.insert(0, logger.close)
         elif logger is not None:
             closers.insert(0, logger.flush)
-        cache = _cache(trainer)
-        state = cache.init(key)
+        programs = programs_for(trainer, ipc)
+        finished = point is not None and int(point.get("iteration", -1)) >= total
+        if total > 0 and not finished and not programs.chunk_ready:
+            log.info("compiling the init and chunk programs…")
+        abstract = programs.start(key, chunk=total > 0 and not finished)
+        if compile_ahead is not None and total > 0 and not finished:
+            compile_ahead(abstract)  # lowered here while XLA compiles the chunk
+        state = programs.init(key)
         start, start_steps, elapsed_before, resumed_from = 0, 0, 0.0, None
         if ckpt is not None and ckpt.all_steps():
             state, meta, resumed_from = restore_run(
@@ -481,7 +395,7 @@ def train_loop(
             if note:
                 log.warning("%s", note)
         state, hist, times = _run_chunks(
-            trainer, cache, state, start, start_steps, elapsed_before, t_start, total, ipc,
+            trainer, programs, state, start, start_steps, elapsed_before, t_start, total, ipc,
             every, ckpt, logger, on_chunk, progress and primary, closers,
             {"num_iterations": total, "config_hash": chash, **(metadata or {})},
         )  # fmt: skip
@@ -509,40 +423,33 @@ def train_loop(
 
 
 def _run_chunks(
-    trainer, cache, state, start, start_steps, elapsed_before, t_start, total, ipc, every,
+    trainer, programs, state, start, start_steps, elapsed_before, t_start, total, ipc, every,
     ckpt, logger, on_chunk, progress, closers, ckpt_meta,
 ):  # fmt: skip
     """The chunk loop of `train_loop`: ``(state, [(iterations, env_steps, metrics)],
-    (compile_seconds, train_seconds))``."""
-    leaf_names, _ = _float_leaves(jax.eval_shape(lambda s: s, state))
+    (compile_seconds, train_seconds))``. The first call runs one iteration (its line
+    comes as soon as the program is compiled), the next one the rest of that chunk."""
+    leaf_names, _ = float_leaves(jax.eval_shape(lambda s: s, state))
     compile_seconds = train_seconds = 0.0
     hist: list[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]] = []
     bar = _Progress(progress, total, start)
     closers.insert(0, bar.stop)
     it, prev_steps = start, start_steps
     while it < total:
-        end = min((it // ipc + 1) * ipc, total)
-        k = end - it
-        if not cache.ready(state, k):
-            what = "the first chunk" if it == start else f"the last chunk ({k} iterations)"
-            log.info("compiling %s…", what)
-            bar.update(it, prev_steps, float("nan"), f"compiling {what}…")
-        executable, built = cache.executable(state, k)
+        end = it + 1 if it == start else min((it // ipc + 1) * ipc, total)
+        executable, built = programs.chunk(state)
         if built is not None:
-            took = built["lower_seconds"] + built["compile_seconds"]
-            compile_seconds += took
-            log.info(
-                "compiled in %.1f s (tracing and lowering %.1f s, XLA %.1f s; from cache: %s)",
-                took, built["lower_seconds"], built["compile_seconds"], built["from_cache"],
-            )  # fmt: skip
-            bar.update(it, prev_steps, float("nan"), f"compiled in {took:.1f} s")
+            compile_seconds += built.lower_seconds + built.compile_seconds
+            log.info("chunk program %s", built.text())
+            bar.update(it, prev_steps, float("nan"), "compiled; first iteration…")
+        wait_pending()  # no compilation (its autotuner) overlaps the chunk's run
         tc = time.perf_counter()
-        state, metrics = executable(state)
-        metrics, flags = jax.device_get((metrics, cache.finite(state)))  # one transfer
+        state, metrics, flags = executable(state, np.int32(end - it))
+        metrics, flags = jax.device_get((metrics, flags))  # one transfer
         secs = time.perf_counter() - tc
         train_seconds += secs
 
-        metrics = {name: np.asarray(v) for name, v in metrics.items()}
+        metrics = {name: np.asarray(v)[: end - it] for name, v in metrics.items()}
         iterations = np.arange(it + 1, end + 1, dtype=np.int64)
         if trainer.env_steps_per_iteration:  # exact ints (the metric is float32)
             env_steps = iterations * int(trainer.env_steps_per_iteration)
@@ -569,16 +476,18 @@ def _run_chunks(
         latest_ret = _latest_values(metrics, "episode_return")
         rate = (int(env_steps[-1]) - prev_steps) / secs if secs > 0 else float("nan")
         prev_steps = int(env_steps[-1])
-        bar.update(end, prev_steps, rate, _returns_text(latest_ret))
-        log.info(
-            "iteration %d/%d  env steps %s  %s",
-            end, total, _rate(int(env_steps[-1])), _returns_text(latest_ret),
-        )  # fmt: skip
+        text = _returns_text(latest_ret)
+        if it == start:  # the first line: how long a user waited for it
+            first = f"first iteration {time.perf_counter() - t_start:.1f} s after the start"
+            text = " ".join(filter(None, (text, f"({first}, compilation included)")))
+        bar.update(end, prev_steps, rate, text)
+        log.info("iteration %d/%d  env steps %s  %s", end, total, _rate(prev_steps), text)
         stop = False
         if on_chunk is not None:
             info = ChunkInfo(it, end, iterations, env_steps, metrics, state, secs)
             stop = bool(on_chunk(info))
-        if ckpt is not None and ((end // ipc) % every == 0 or end == total or stop):
+        boundary = end % ipc == 0 and (end // ipc) % every == 0
+        if ckpt is not None and (boundary or end == total or stop):
             meta = {
                 "iteration": end,
                 "env_steps": int(env_steps[-1]),

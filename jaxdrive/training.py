@@ -12,6 +12,9 @@ loop needs to run it in compiled chunks:
   ``dict[str, float32[]]``.
 * ``chunk(runner_state, num_iterations)``: ``num_iterations`` updates as one scan;
   metrics stacked ``[K]``.
+* ``run_chunk(runner_state, n, capacity)``: ``n`` updates, ``n`` a traced count: one
+  compiled program serves every chunk length up to ``capacity`` (the host loop's first,
+  short chunk, full chunks and a remainder); metrics stacked ``[capacity]``.
 
 Metric names are ``/``-separated, e.g. ``"episode_return/tagger"``, ``"loss/runner/value"``;
 ``"env_steps"`` counts env steps so far (float32 to stay in one dtype).
@@ -24,8 +27,9 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
-__all__ = ["Metrics", "Trainer"]
+__all__ = ["Metrics", "Trainer", "run_iterations"]
 
 Metrics = dict[str, jax.Array]
 
@@ -55,6 +59,37 @@ class Trainer:
 
         return jax.lax.scan(body, runner_state, None, length=int(num_iterations))
 
+    def run_chunk(
+        self, runner_state: Any, num_iterations: jax.Array | int, capacity: int
+    ) -> tuple[Any, Metrics]:
+        """`run_iterations` of this trainer's ``update``. Pure."""
+        return run_iterations(self.update, runner_state, num_iterations, capacity)
+
     def __call__(self, key: jax.Array) -> tuple[Any, Metrics]:
         """``train(key)``: init then every iteration; metrics ``[num_iterations]``. Pure."""
         return self.chunk(self.init(key), self.num_iterations)
+
+
+def run_iterations(
+    update: Callable[[Any], tuple[Any, Metrics]],
+    runner_state: Any,
+    num_iterations: jax.Array | int,
+    capacity: int,
+) -> tuple[Any, Metrics]:
+    """``num_iterations`` calls of ``update`` (an ``int32`` scalar, clipped to
+    ``[0, capacity]``; traced, so not part of the compiled program) as one
+    `lax.fori_loop`; metrics stacked ``[capacity]``, rows ``n:`` zero. Iteration ``i``
+    computes what step ``i`` of `Trainer.chunk`'s scan computes; ``update`` is traced
+    once. Pure."""
+    step = jax.jit(update)  # one trace, shared by eval_shape and the loop body
+    shapes = jax.eval_shape(step, runner_state)[1]
+    buf = jax.tree.map(lambda s: jnp.zeros((int(capacity), *s.shape), s.dtype), shapes)
+
+    def body(i, carry):
+        rs, buf = carry
+        rs, metrics = step(rs)
+        put = jax.lax.dynamic_update_index_in_dim
+        return rs, jax.tree.map(lambda b, m: put(b, m, i, 0), buf, metrics)
+
+    n = jnp.clip(jnp.asarray(num_iterations, jnp.int32), 0, int(capacity))
+    return jax.lax.fori_loop(0, n, body, (runner_state, buf))

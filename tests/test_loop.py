@@ -117,11 +117,20 @@ def test_chunks_logs_and_checkpoints(tmp_path):
     traces: list = []
     trainer = make_toy(7, traces=traces)
     wd = str(tmp_path / "run")
+    calls, ahead = [], []
     state, hist = train_loop(
-        trainer, 0, wd, iterations_per_chunk=3, keep_checkpoints=2, progress=False
+        trainer, 0, wd, iterations_per_chunk=3, keep_checkpoints=2, progress=False,
+        on_chunk=lambda i: calls.append((i.start_iteration, i.end_iteration)),
+        compile_ahead=ahead.append,
+    )  # fmt: skip
+    # one iteration first (the first line comes right after compiling), then the rest
+    # of that chunk, whole chunks and the remainder: one program, traced and compiled once
+    assert calls == [(0, 1), (1, 3), (3, 6), (6, 7)] and len(traces) == 1
+    assert len(ahead) == 1 and jax.tree.structure(ahead[0]) == jax.tree.structure(state)
+    assert all(
+        isinstance(a, jax.ShapeDtypeStruct) and a.shape == x.shape and a.dtype == x.dtype
+        for a, x in zip(jax.tree.leaves(ahead[0]), jax.tree.leaves(state), strict=True)
     )
-    # chunks of 3, 3, 1: two sizes, each traced and compiled once
-    assert len(traces) == 2
     np.testing.assert_array_equal(hist.iteration, np.arange(1, 8))
     np.testing.assert_array_equal(hist.env_steps, np.arange(1, 8) * BATCH)
     assert int(state.iteration) == 7 and hist.start_iteration == 0 and hist.resumed_from is None

@@ -53,14 +53,16 @@ def _entries(folder) -> list[str]:
 
 
 def _compiled_line(out: subprocess.CompletedProcess) -> str:
-    """The log line about the first chunk's compilation (after "compiling the first
-    chunk…")."""
+    """The log line about the chunk program's compilation (after "compiling the init
+    and chunk programs…"), which comes before the first iteration's line."""
     lines = out.stderr.splitlines()
-    first = [i for i, ln in enumerate(lines) if "compiling the first chunk" in ln]
+    first = [i for i, ln in enumerate(lines) if "compiling the init and chunk programs" in ln]
     assert first, out.stderr[-3000:]
-    done = [ln for ln in lines[first[0] :] if "compiled in" in ln and "from cache:" in ln]
-    assert done, out.stderr[-3000:]
-    return done[0]
+    done = [i for i, ln in enumerate(lines) if "chunk program compiled in" in ln]
+    assert done and "from cache:" in lines[done[0]], out.stderr[-3000:]
+    it1 = [i for i, ln in enumerate(lines) if "iteration 1/" in ln and "first iteration" in ln]
+    assert it1 and first[0] < done[0] < it1[0], out.stderr[-3000:]
+    return lines[done[0]]
 
 
 def test_second_run_loads_the_first_chunk_from_the_default_cache(tmp_path):
