@@ -23,6 +23,8 @@ from tests.environments.tag_helpers import (
     random_step_state,
 )
 
+# two separately compiled programs compared bit for bit: XLA as it compiles by default
+pytestmark = pytest.mark.xla_optimized
 GRID = TagKernelConfig(brute_below=0)  # the grid search at any size
 
 
