@@ -137,16 +137,20 @@ def _unoptimized_compiles():
 def pytest_runtest_setup(item) -> None:
     """Before the test's fixtures (module-scoped ones compile in the first test's
     setup, so a module shares one setting: mark it whole): compiles take `_KNOWN`
-    unless the test is marked `_OPTIMIZED`. Entering a marked test after unoptimised
-    compiles empties jax's in-memory caches, whose keys do not hold the options, so
-    that no unoptimised program is reused there."""
+    unless the test is marked `_OPTIMIZED`. jax's in-memory caches keep the two apart
+    through ``jax_optimization_level`` (part of their keys; the CPU backend compiles
+    the same with "O0" as with its default), else they are emptied on entering a
+    marked test, so that no unoptimised program is reused there."""
     if os.environ.get("JAXDRIVE_TEST_FAST_COMPILE") == "0":
         return
     unoptimized = item.get_closest_marker(_OPTIMIZED) is None
     if unoptimized == _UNOPTIMIZED[0]:
         return
-    if not unoptimized:
-        import jax
+    import jax
 
-        jax.clear_caches()
+    try:
+        jax.config.update("jax_optimization_level", "O0" if unoptimized else "UNKNOWN")
+    except (AttributeError, ValueError):  # a jax without that option
+        if not unoptimized:
+            jax.clear_caches()
     _UNOPTIMIZED[0] = unoptimized
