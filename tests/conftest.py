@@ -93,10 +93,13 @@ def _known_options() -> dict[str, object]:
 def _add_options_to_unoptimized_compiles() -> None:
     """Wraps jax's compile-options builder (its one call site reads it from the
     module) to add `_KNOWN` while `_UNOPTIMIZED` holds; options a program asks for
-    itself win. The persistent cache keys these options with the program."""
+    itself win. The persistent cache keys these options with the program. A jax
+    without that builder compiles every program as XLA does by default."""
     from jax._src import compiler
 
-    original = compiler.get_compile_options
+    original = getattr(compiler, "get_compile_options", None)
+    if original is None:
+        return
 
     def get_compile_options(*args, env_options_overrides=None, **kwargs):
         if _UNOPTIMIZED[0]:
