@@ -25,8 +25,8 @@ RTOL = 1e-4
 
 
 def _env() -> dict[str, str]:
+    """The test run's environment (its compile flags included) for one CPU process."""
     env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
     env["JAX_PLATFORMS"] = "cpu"
     for k in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
         env.pop(k, None)

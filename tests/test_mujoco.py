@@ -118,6 +118,7 @@ def test_hopper_deterministic_and_traced_once(hopper):
 
 
 @pytest.mark.slow
+@pytest.mark.xla_optimized  # `observations` against reset's obs, bit for bit
 def test_hopper_check_env():
     """The conformance kit on a Hopper with a 3-step limit (several MJX compiles)."""
     env = locomotion.Hopper(max_episode_steps=3)

@@ -46,6 +46,7 @@ def test_has_observations_flags():
     assert env.reset_by_select and not HideObservations(env).reset_by_select
 
 
+@pytest.mark.xla_optimized  # two programs bit for bit, as XLA compiles them by default
 def test_vectorize_observe_once_equals_branching_reset():
     cases = [_tag(use_full_observation=False), _tag(use_full_observation=True)]
     cases.append(jaxdrive.make("CartPole-v1", max_episode_steps=5))

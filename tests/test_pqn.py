@@ -10,6 +10,10 @@ import pytest
 import algorithms
 from algorithms.pqn import default_config, make_train
 
+# the seeded run learns under XLA's default compile (and runs 60k steps: optimised code
+# pays for its compile)
+pytestmark = pytest.mark.xla_optimized
+
 
 def _config():
     c = default_config()

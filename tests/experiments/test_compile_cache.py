@@ -30,7 +30,6 @@ def _train(tmp_path, workdir: str, *extra: str) -> subprocess.CompletedProcess:
     stored (minimum compile time and entry size 0)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
     env.pop("JAXDRIVE_CACHE_DIR", None)
-    env.pop("XLA_FLAGS", None)
     env.update(
         JAX_PLATFORMS="cpu",
         HOME=str(tmp_path / "home"),
