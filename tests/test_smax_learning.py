@@ -10,6 +10,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jaxdrive
 from jaxdrive.adapters.jaxmarl_env import JaxMARLState
@@ -80,3 +81,54 @@ def test_won_flag_after_reset_is_false():
     env, params = jaxdrive.make("jaxmarl:smax:3m")
     _, ts = env.reset(jax.random.PRNGKey(0), params)
     assert ts.extras["won"].dtype == jnp.bool_ and not bool(ts.extras["won"])
+
+
+def test_windowed_rate_weights_episodes():
+    from experiments.benchmarks.smax_learning import windowed_rate
+
+    value = np.array([[1.0, 0.0, 0.5, 0.0]])  # per-iteration rates
+    done = np.array([[2.0, 0.0, 2.0, 4.0]])  # episodes ended per iteration
+    w = windowed_rate(value, done, 2)
+    np.testing.assert_allclose(w, [[1.0, 1.0, 0.5, 1.0 / 6.0]])
+    assert np.isnan(windowed_rate(value, np.zeros_like(done), 3)).all()
+
+
+def test_qlearning_episode_metrics_win_rate():
+    from algorithms.qlearning.agents import episode_metrics
+
+    done = jnp.array([[True, False], [True, True]])  # [T, N]
+    won = jnp.array([[True, True], [False, True]])  # only ended episodes count
+    ret = {"ally": jnp.ones((2, 2, 3))}
+    m, _ = episode_metrics(("ally",), done, ret, {"ally": jnp.zeros(())}, won)
+    np.testing.assert_allclose(m["win_rate"], 2.0 / 3.0)
+    m, _ = episode_metrics(("ally",), done & False, ret, {"ally": jnp.zeros(())}, won)
+    assert float(m["win_rate"]) == 0.0  # no episode ended
+    assert "win_rate" not in episode_metrics(("ally",), done, ret, {"ally": 0.0})[0]
+
+
+def test_smax_suite_row_is_finite_at_tiny_size():
+    """A feed-forward MAPPO row of ``--suite=marl_learning`` at the config's ``tiny``
+    size (12-step battles), 2 vmapped seeds: the trainer's ``win_rate`` becomes finite
+    win rates in [0, 1], a curve and times."""
+    from experiments.benchmarks.smax_learning import marl_learning_records
+
+    (r,) = marl_learning_records(("mappo_ff_2s3z",), 1, 0, smax_seeds=2, tiny=True)
+    assert r["name"] == "mappo_ff_2s3z" and r["core"] == "mlp" and r["completed"]
+    assert r["num_seeds"] == 2 and r["episodes"] > 0 and r["wall_s_incl_compile"] > 0
+    rates = r["final_win_rates"]
+    assert len(rates) == 2 and all(x is not None and 0.0 <= x <= 1.0 for x in rates)
+    assert r["curve"] and r["curve"][-1]["env_steps"] == r["total_env_steps"]
+    assert r["target_win_rate"] == 0.9 and r["reached"] in (True, False)
+    with pytest.raises(ValueError, match="unknown run"):
+        marl_learning_records(("mappo_nope",), 1, 0, smax_seeds=1)
+
+
+def test_smax_map_and_feed_forward_presets():
+    from experiments.configs import smax
+
+    c = smax.get_config("2s3z,ff")
+    assert c.env_name == "jaxmarl:smax:2s3z" and c.total_env_steps == 10_000_000
+    assert c.policies.ally.core == "mlp" and tuple(c.policies.ally.hidden_sizes) == (128, 128)
+    assert tuple(smax.get_config("ff,tiny").policies.ally.hidden_sizes) == (16, 16)
+    with pytest.raises(ValueError, match="pick different maps"):
+        smax.get_config("2s3z,3s5z")
