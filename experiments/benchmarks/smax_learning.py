@@ -14,12 +14,13 @@ Runs (`SMAX_RUNS`; SMAX through the JaxMARL adapter, ``jaxdrive.make("jaxmarl:sm
   steps, target win rate 0.7.
 
 Each run is one compiled program (``jax.vmap`` over ``num_seeds`` seeds, ``C``
-iterations as one scan) called ``K / C`` times, timed from the start, compile included;
+iterations as one scan; the seeds' initial states are built one by one and stacked)
+called ``K / C`` times, timed from the start, compile included;
 ``budget_s`` can stop a run early (the record says how far it got). The win rate of
 iterations ``a..b`` is the fraction of the episodes that ended in them that were won
 (the trainers' ``win_rate`` weighted by ``episodes_done``); the final win rate and
-return, per seed, are those of the last ``_WINDOW`` iterations. The curve has a point
-at the end of every call (at most ``_CURVE_POINTS``), each the seeds' mean over the
+return, per seed, are those of the last ``_WINDOW`` iterations. The curve has points
+at the ends of calls (at most ``_CURVE_POINTS``, evenly spaced), each the seeds' mean over the
 ``_WINDOW`` iterations before it, at its measured wall time. Time to target: the first
 iteration at which that windowed mean reaches the target (its wall time interpolated
 within its call).
@@ -109,6 +110,13 @@ def _chunk_size(num_iterations: int) -> int:
     return max(d for d in range(1, cap + 1) if num_iterations % d == 0)
 
 
+def _curve_iterations(num_calls: int, C: int) -> list[int]:
+    """The iterations of the curve: the ends of ``num_calls`` calls of ``C`` iterations,
+    at most ``_CURVE_POINTS`` of them, evenly spaced, the last included."""
+    n = min(num_calls, _CURVE_POINTS)
+    return [C * round(num_calls * (i + 1) / n) for i in range(n)]
+
+
 def smax_run(
     name: str, config: Any, num_seeds: int, target: float | None, budget_s: float = 0.0
 ) -> dict[str, Any]:
@@ -182,7 +190,7 @@ def smax_run(
         "target_win_rate": target,
         "reached": None if target is None else ttt is not None,
         "time_to_target": ttt,
-        "curve": [at(k) for k in range(C, k_done + 1, C)],
+        "curve": [at(k) for k in _curve_iterations(k_done // C, C)],
     }
 
 
