@@ -264,6 +264,8 @@ def _update(setup: OnPolicySetup, rs: RunnerState) -> tuple[RunnerState, dict[st
     for g in setup.env.groups:
         s = stats[f"episode_return/{g}"] / denom
         metrics[f"episode_return/{g}"] = s.astype(jnp.float32)
+    if "episodes_won" in stats:  # the fraction of this iteration's episodes won (0: none)
+        metrics["win_rate"] = (stats["episodes_won"] / denom).astype(jnp.float32)
     metrics["env_steps"] = ((rs.iteration + 1).astype(jnp.float32) * float(N * T)).astype(
         jnp.float32
     )

@@ -171,6 +171,8 @@ def rollout(setup: OnPolicySetup, rs: RunnerState, key: jax.Array) -> tuple[Any,
         for g in env.groups:
             ret = jnp.mean(nts.extras["episode_return"][g], axis=-1)
             stats[f"episode_return/{g}"] = jnp.sum(done_f * ret)
+        if "won" in nts.extras:  # envs that say whether an episode was won (SMAX)
+            stats["episodes_won"] = jnp.sum(done_f * nts.extras["won"].astype(jnp.float32))
         if need_gs:
             out["_gs"] = gs
         hc = {p: reset_carry(hc_next[p], out[p]["ends"]) for p in rec}

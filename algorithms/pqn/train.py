@@ -21,7 +21,8 @@ function that jits as a whole:
 
 One device only (``num_devices = 1``). Metrics: ``episode_return/<group>``,
 ``episodes_done``, ``env_steps``, ``epsilon``, ``loss/<policy>``, ``q_mean`` (mean
-``Q(s_t, a_t)`` of the rollout over learning policies).
+``Q(s_t, a_t)`` of the rollout over learning policies); ``win_rate`` where the env gives
+``extras["won"]`` (SMAX).
 """
 
 from __future__ import annotations
@@ -209,6 +210,8 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
                     done=jnp.broadcast_to(nts.done[:, None], term_p[n].shape),
                 )
             ep = {"done": nts.done, "episode_return": nts.extras["episode_return"]}
+            if "won" in nts.extras:  # envs that say whether an episode was won (SMAX)
+                ep["won"] = nts.extras["won"]
             return (env_state, nts), (out, ep)
 
         return jax.lax.scan(step, (rs.env_state, rs.timestep), jax.random.split(key, T))
@@ -247,7 +250,7 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
         (env_state, ts), (traj, ep) = rollout(rs, k_roll, env_steps)
         policies = dict(rs.policies)
         metrics, last_return = ag.episode_metrics(
-            env.groups, ep["done"], ep["episode_return"], rs.last_return
+            env.groups, ep["done"], ep["episode_return"], rs.last_return, ep.get("won")
         )
         losses, q = {}, []
         for n, k in zip(txs, jax.random.split(k_learn, max(len(txs), 1)), strict=False):

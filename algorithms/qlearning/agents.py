@@ -206,13 +206,18 @@ def episode_metrics(
     done: jax.Array,
     episode_return: Mapping[str, jax.Array],
     last_return: Mapping[str, jax.Array],
+    won: jax.Array | None = None,
 ) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
     """``(metrics, last_return)``: per group the mean return (over its agents and the
     episodes that ended: ``done [T, N]``, ``episode_return {g: [T, N, A_g]}``), keeping
-    ``last_return[g]`` when none ended; plus ``episodes_done``."""
+    ``last_return[g]`` when none ended; plus ``episodes_done``, and ``win_rate`` (the
+    fraction of the ended episodes won, 0 when none ended) where ``won [T, N]`` (the
+    env's ``extras["won"]``) is given."""
     done = done.astype(jnp.float32)
     n_done = jnp.sum(done)
     metrics, new_last = {}, {}
+    if won is not None:
+        metrics["win_rate"] = jnp.sum(done * won.astype(jnp.float32)) / jnp.maximum(n_done, 1.0)
     for g in groups:
         ret = jnp.mean(episode_return[g], axis=-1)
         mean_ret = jnp.sum(ret * done) / jnp.maximum(n_done, 1.0)

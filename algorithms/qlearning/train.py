@@ -38,7 +38,7 @@ greedily and never learns (no buffer). One device only (``num_devices = 1``).
 
 Metrics: ``episode_return/<group>``, ``episodes_done``, ``env_steps``, ``epsilon``,
 ``loss/<policy>``, ``q_mean`` (mean chosen Q-value on the sampled batches; 0 before
-learning starts).
+learning starts); ``win_rate`` where the env gives ``extras["won"]`` (SMAX).
 """
 
 from __future__ import annotations
@@ -410,6 +410,8 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
                 if need_gs:
                     out[n]["next_state"] = final["global_state"]
             ep = {"done": nts.done, "episode_return": nts.extras["episode_return"]}
+            if "won" in nts.extras:  # envs that say whether an episode was won (SMAX)
+                ep["won"] = nts.extras["won"]
             return (env_state, nts, new_h, new_prev, nts.done), (out, ep)
 
         carry0 = (rs.env_state, rs.timestep, rs.carry, rs.prev_action, rs.first)
@@ -431,7 +433,7 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
                 lr, mix, rs.policies[n], buffers[n], k, env_steps + N * T
             )
         metrics, last_return = ag.episode_metrics(
-            env.groups, ep["done"], ep["episode_return"], rs.last_return
+            env.groups, ep["done"], ep["episode_return"], rs.last_return, ep.get("won")
         )
         iteration = rs.iteration + 1
         metrics = ag.finish_metrics(

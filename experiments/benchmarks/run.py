@@ -12,7 +12,9 @@ Suites:
            random taggers).
   quick    tiny sizes of the env and train suites, for CPUs and the test suite.
   marl_learning  Q-learning return vs wall time: PQN CartPole, VDN/QMIX/IQL MPE
-           simple_spread (`experiments.benchmarks.qlearning`).
+           simple_spread (`experiments.benchmarks.qlearning`); SMAX win rate vs env steps
+           and wall time: MAPPO (recurrent, feed-forward) and QMIX, ``--smax_seeds`` seeds
+           (`experiments.benchmarks.smax_learning`); ``--marl_runs`` picks the rows.
   mpe, mpe_learning, mpe_parity  the MPE suites (`experiments.benchmarks.mpe`): env-only
            stepping against JaxMARL's MPE, IPPO/MAPPO on simple_spread (10 vmapped seeds),
            10⁴-transition parity with mpe2 per scenario; mpe_quick: mpe at a tiny size.
@@ -83,6 +85,10 @@ flags.DEFINE_integer("repeats", 5, "timed calls (median reported)")
 flags.DEFINE_integer("train_iterations", 5, "iterations per timed training call")
 flags.DEFINE_integer("num_seeds", 8, "vmapped seeds of the CartPole learning run")
 flags.DEFINE_integer("spread_env_steps", 10_000_000, "env steps of the marl_learning MPE runs")
+flags.DEFINE_list("marl_runs", None, "rows of --suite=marl_learning (default: all but the opt-in)")
+flags.DEFINE_integer("smax_seeds", 3, "vmapped seeds of the SMAX runs", lower_bound=1)
+flags.DEFINE_integer("smax_env_steps", 0, "env steps of every SMAX run (0: each run's own)")
+flags.DEFINE_float("smax_budget_s", 0.0, "wall-time cap of each SMAX run in s (0: none)")
 flags.DEFINE_integer(
     "tag_seeds", 1, "vmapped seeds of the Tag learning runs (each evaluated)", lower_bound=1
 )
@@ -446,9 +452,13 @@ def _run() -> None:
     if FLAGS.suite == "scaling":
         records += run_scaling_suite(FLAGS.train_iterations, FLAGS.repeats)
     if FLAGS.suite == "marl_learning":
-        from experiments.benchmarks.qlearning import qlearning_records
+        from experiments.benchmarks import smax_learning as sl
 
-        records += qlearning_records(FLAGS.num_seeds, FLAGS.spread_env_steps)
+        runs = tuple(FLAGS.marl_runs or sl.DEFAULT_MARL_RUNS)
+        records += sl.marl_learning_records(
+            runs, FLAGS.num_seeds, FLAGS.spread_env_steps, FLAGS.smax_seeds,
+            FLAGS.smax_env_steps, smax_budget_s=FLAGS.smax_budget_s,
+        )  # fmt: skip
     if FLAGS.suite == "adapters":
         from experiments.benchmarks.adapters import run_adapters_suite
 

@@ -88,12 +88,15 @@ def _qmix_smax() -> ml_collections.ConfigDict:
 
 
 def _tiny(c: ml_collections.ConfigDict) -> None:
-    """A few iterations of tiny networks (the experiment's algorithm and env kept)."""
+    """A few iterations of tiny networks (the experiment's algorithm and env kept; SMAX:
+    6-step battles)."""
     c.num_envs = 4
     c.num_steps = min(int(c.num_steps), 8)
     c.total_env_steps = c.num_envs * c.num_steps * 4
     c.run.iterations_per_chunk = 2
     c.run.animate = False
+    if c.env_name.startswith("jaxmarl:smax:"):
+        c.env_kwargs = ml_collections.ConfigDict({"max_steps": 6})  # episodes end in the run
     if c.algorithm == "pqn":
         c.algo.num_minibatches = 2
         c.algo.num_epochs = 2

@@ -13,10 +13,12 @@ observation, `centralized_critic`), agent IDs on, 10M env steps; env kwargs
 one more 128-unit dense layer after the GRU; here the heads read the GRU's output.)
 
 Presets (``--config=experiments/configs/smax.py:27m_vs_30m,mava``, comma-separated):
-``3s5z`` (the default map), ``27m_vs_30m`` (27 marines against 30: 20M env steps),
+``3s5z`` (the default map), ``2s3z`` (2 stalkers and 3 zealots a side, the map of
+JaxMARL's ``mappo_homogenous_rnn_smax.yaml``), ``27m_vs_30m`` (27 marines against 30:
+20M env steps), ``ff`` (feed-forward actor and critic: two 128-unit dense layers, no GRU),
 ``mava`` (Mava's ``rec_mappo`` defaults instead: lr 2.5e-4 without decay, 2 minibatches,
 entropy 0.01, max grad norm 0.5, GRU of 256 after a 128-unit layer, agent IDs on),
-``tiny`` (a few small iterations: tests).
+``tiny`` (a few small iterations of 12-step battles: tests).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import ml_collections
 
 from algorithms.common.config import base_config, parse_presets
 
-PRESETS = ("3s5z", "27m_vs_30m", "mava", "tiny")
+PRESETS = ("3s5z", "2s3z", "27m_vs_30m", "ff", "mava", "tiny")
+_MAPS = ("3s5z", "2s3z", "27m_vs_30m")
 
 #: JaxMARL's ``ENV_KWARGS`` for SMAX.
 _ENV_KWARGS = {"see_enemy_actions": True, "walls_cause_death": True, "attack_mode": "closest"}
@@ -34,9 +37,10 @@ _ENV_KWARGS = {"see_enemy_actions": True, "walls_cause_death": True, "attack_mod
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
     """The SMAX run config, with the comma-separated ``preset``s applied."""
     presets = parse_presets(preset, PRESETS)
-    if "3s5z" in presets and "27m_vs_30m" in presets:
-        raise ValueError("presets '3s5z' and '27m_vs_30m' pick different maps: give one")
-    map_name = "27m_vs_30m" if "27m_vs_30m" in presets else "3s5z"
+    maps = [p for p in presets if p in _MAPS]
+    if len(maps) > 1:
+        raise ValueError(f"presets {maps} pick different maps: give one")
+    map_name = maps[0] if maps else "3s5z"
     c = base_config("ppo", f"jaxmarl:smax:{map_name}", policies={"ally": ["ally"]})
     c.env_kwargs = ml_collections.ConfigDict(dict(_ENV_KWARGS))
     c.num_envs = 64
@@ -63,6 +67,8 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         agent_ids=True,
     )
     c.run.animate = False
+    if "ff" in presets:
+        c.policies.ally.update(hidden_sizes=(128, 128), core="mlp")
     if "mava" in presets:
         c.algo.update(num_minibatches=2, ent_coef=0.01, max_grad_norm=0.5, lr_schedule="constant")
         c.policies.ally.update(lr=2.5e-4, core_size=256)
@@ -72,6 +78,8 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         c.total_env_steps = 4 * 16 * 2
         c.algo.num_minibatches = 2
         c.algo.num_epochs = 2
-        c.policies.ally.update(hidden_sizes=(16,), core_size=16)
+        c.policies.ally.update(hidden_sizes=(16,) * len(c.policies.ally.hidden_sizes))
+        c.policies.ally.core_size = 16
         c.run.iterations_per_chunk = 2
+        c.env_kwargs.max_steps = 12  # short battles: episodes end within a tiny run
     return c

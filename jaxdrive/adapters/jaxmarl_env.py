@@ -22,6 +22,12 @@ What maps to what (one step):
 - ``global_state``: the env's ``get_world_state`` (SMAX's ``world_state``), else the
   agents' observations concatenated in ``env.agents`` order, as float32.
 - Observations are cast to float32; ``infos`` are dropped.
+- SMAX envs also give ``extras["won"]``: ``[]`` bool, True on the step that ends a
+  battle with every enemy dead and an ally alive (JaxMARL's won-battle bonus; a draw,
+  both teams dead, is no win), False otherwise and after reset. Trainers aggregate it
+  into a ``win_rate`` metric. (JaxMARL's ``SMAXLogWrapper`` calls an episode won when
+  its last reward is at least 1, which is the same event save for a draw in which every
+  enemy falls from full health within the last step.)
 
 A SMAX unit that dies, or a battle won, on the very step that reaches the cap is marked
 truncated (JaxMARL does not say which of the two ended the episode).
@@ -84,6 +90,7 @@ def group_agents(env: Any) -> dict[str, tuple[str, ...]]:
 # JaxMARL families whose episodes last ``max_steps + 1`` steps (see `JaxMARLEnv`) and
 # whose ``step_env`` observes by ``get_obs(state)``
 _COUNTED = ("jaxmarl.environments.mpe", "jaxmarl.environments.smax")
+_SMAX = "jaxmarl.environments.smax"
 
 
 class JaxMARLEnv(Env[JaxMARLState, EnvParams]):
@@ -118,6 +125,7 @@ class JaxMARLEnv(Env[JaxMARLState, EnvParams]):
         self._has_masks = _implements(env, "get_avail_actions")
         self._has_world_state = _implements(env, "get_world_state")
         self._obs_of_state = type(env).__module__.startswith(_COUNTED)
+        self._smax = type(env).__module__.startswith(_SMAX)
 
     # ----- static description ----------------------------------------------------------
     @property
@@ -177,7 +185,19 @@ class JaxMARLEnv(Env[JaxMARLState, EnvParams]):
         inner = strong_types(inner)
         n = len(self.env.agents)
         state = JaxMARLState(inner=inner, ended=jnp.zeros((n,), bool), t=jnp.zeros((), jnp.int32))
-        return state, TimeStep.restart(self._group_obs(obs), action_mask=self._masks(inner))
+        extras = {"won": jnp.asarray(False)} if self._smax else {}
+        return state, TimeStep.restart(
+            self._group_obs(obs), extras=extras, action_mask=self._masks(inner)
+        )
+
+    def _won(self, inner: Any) -> jax.Array:
+        """``[]`` bool: every enemy dead and an ally alive (SMAX's won battle); ``inner``
+        is a SMAX state or an ``EnemySMAX`` state holding one in ``.state``."""
+        alive = getattr(inner, "unit_alive", None)
+        if alive is None:
+            alive = inner.state.unit_alive  # [allies + enemies]
+        n = int(self.env.num_allies)
+        return jnp.any(alive[:n]) & ~jnp.any(alive[n:])
 
     def step_env(
         self,
@@ -210,6 +230,7 @@ class JaxMARLEnv(Env[JaxMARLState, EnvParams]):
             truncated=self._split(ends & time_up),
             active=self._split(~ended),
             done=all_done,
+            extras={"won": all_done & self._won(inner)} if self._smax else {},
             action_mask=self._masks(inner),
         )
         return JaxMARLState(inner=inner, ended=ended, t=t), ts
