@@ -432,3 +432,21 @@ def test_run_lock_is_exclusive_reentrant_and_released(tmp_path):
     with pytest.raises(RunLockedError, match=r"is in use by pid 4242 on host h"):
         RunLock(wd).acquire()
     os.close(fd)
+
+
+def test_off_policy_and_q_learning_runs_start_before_any_episode_ends():
+    """The first call trains one iteration, before any episode has ended: the runner
+    state stays finite (the divergence check reads every float leaf) and the return
+    metric is NaN until an episode ends."""
+    import algorithms
+    import jaxdrive
+    from experiments.configs import pendulum, qlearning
+
+    for config in (pendulum.get_config("tiny"), qlearning.get_config("vdn_spread,tiny")):
+        config.num_envs, config.num_steps = 2, 4  # episodes: 200 and 25 steps
+        config.total_env_steps = 3 * 2 * 4
+        env, params = jaxdrive.make(config.env_name, **dict(config.get("env_kwargs", {})))
+        trainer = algorithms.make_train(config, env, params)
+        state, hist = train_loop(trainer, 0, None, iterations_per_chunk=3, progress=False)
+        assert int(state.iteration) == 3 and not bool(state.returns_seen)
+        assert np.all(np.isnan(hist.metrics["episode_return/agent"]))

@@ -99,11 +99,15 @@ def test_qlearning_episode_metrics_win_rate():
     done = jnp.array([[True, False], [True, True]])  # [T, N]
     won = jnp.array([[True, True], [False, True]])  # only ended episodes count
     ret = {"ally": jnp.ones((2, 2, 3))}
-    m, _ = episode_metrics(("ally",), done, ret, {"ally": jnp.zeros(())}, won)
+    no = jnp.zeros((), bool)
+    m, last, seen = episode_metrics(("ally",), done, ret, {"ally": jnp.zeros(())}, no, won)
     np.testing.assert_allclose(m["win_rate"], 2.0 / 3.0)
-    m, _ = episode_metrics(("ally",), done & False, ret, {"ally": jnp.zeros(())}, won)
+    assert bool(seen) and float(m["episode_return/ally"]) == 1.0 == float(last["ally"])
+    m, last, seen = episode_metrics(("ally",), done & False, ret, {"ally": jnp.zeros(())}, no, won)
     assert float(m["win_rate"]) == 0.0  # no episode ended
-    assert "win_rate" not in episode_metrics(("ally",), done, ret, {"ally": 0.0})[0]
+    # no episode yet: NaN in the metrics, the state stays finite (the loop checks it)
+    assert np.isnan(m["episode_return/ally"]) and float(last["ally"]) == 0.0 and not bool(seen)
+    assert "win_rate" not in episode_metrics(("ally",), done, ret, {"ally": 0.0}, no)[0]
 
 
 def test_smax_suite_row_is_finite_at_tiny_size():

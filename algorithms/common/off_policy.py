@@ -115,7 +115,8 @@ class RunnerState:
     env_state: Any  # batched env state, leaves [N, ...]
     timestep: TimeStep  # last timestep, leaves [N, ...]
     noise: dict[str, jax.Array]  # {g: [N, A_g, D]} float32 OU state (zeros otherwise)
-    last_return: dict[str, jax.Array]  # {g: []} float32, last episodes' mean return (NaN: none)
+    last_return: dict[str, jax.Array]  # {g: []} float32, last episodes' mean return (0: none)
+    returns_seen: jax.Array  # [] bool, an episode has ended (last_return holds its mean)
     key: jax.Array  # uint32[2] raw PRNG key
     iteration: jax.Array  # [] int32, iterations done
 
@@ -436,7 +437,8 @@ def make_off_policy_trainer(
             env_state=env_state,
             timestep=ts,
             noise=noise,
-            last_return={g: jnp.full((), jnp.nan, jnp.float32) for g in env.groups},
+            last_return={g: jnp.zeros((), jnp.float32) for g in env.groups},
+            returns_seen=jnp.zeros((), bool),
             key=jax.random.key_data(key),
             iteration=jnp.zeros((), jnp.int32),
         )
@@ -505,12 +507,12 @@ def make_off_policy_trainer(
         done = traj["done"].astype(jnp.float32)  # [T, N]
         n_done = jnp.sum(done)
         metrics: dict[str, jax.Array] = {}
-        last_return = {}
+        last_return, seen = {}, rs.returns_seen | (n_done > 0)  # NaN metric until one ends
         for g in env.groups:
             ret = jnp.mean(traj["episode_return"][g], axis=-1)  # [T, N]
             mean_ret = jnp.sum(ret * done) / jnp.maximum(n_done, 1.0)
             last_return[g] = jnp.where(n_done > 0, mean_ret, rs.last_return[g])
-            metrics[f"episode_return/{g}"] = last_return[g]
+            metrics[f"episode_return/{g}"] = jnp.where(seen, last_return[g], jnp.nan)
         for name, st in stats.items():
             for k, v in st.items():
                 if k != "q_mean":
@@ -530,6 +532,7 @@ def make_off_policy_trainer(
             timestep=ts,
             noise=noise,
             last_return=last_return,
+            returns_seen=seen,
             key=jax.random.key_data(key),
             iteration=iteration,
         )

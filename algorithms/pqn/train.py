@@ -100,7 +100,8 @@ class RunnerState:
     policies: dict[str, PolicyState]  # {policy: PolicyState}
     env_state: Any  # batched env state, leaves [N, ...]
     timestep: TimeStep  # last timestep, leaves [N, ...]
-    last_return: dict[str, jax.Array]  # {g: []} float32 last episodes' mean return (NaN: none)
+    last_return: dict[str, jax.Array]  # {g: []} float32 last episodes' mean return (0: none)
+    returns_seen: jax.Array  # [] bool, an episode has ended (last_return holds its mean)
     key: jax.Array  # uint32[2] raw PRNG key
     iteration: jax.Array  # [] int32 iterations done
 
@@ -167,7 +168,8 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
             policies=policies,
             env_state=env_state,
             timestep=ts,
-            last_return={g: jnp.full((), jnp.nan, jnp.float32) for g in env.groups},
+            last_return={g: jnp.zeros((), jnp.float32) for g in env.groups},
+            returns_seen=jnp.zeros((), bool),
             key=jax.random.key_data(key),
             iteration=jnp.zeros((), jnp.int32),
         )
@@ -249,9 +251,10 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
         env_steps = rs.iteration * (N * T)
         (env_state, ts), (traj, ep) = rollout(rs, k_roll, env_steps)
         policies = dict(rs.policies)
-        metrics, last_return = ag.episode_metrics(
-            env.groups, ep["done"], ep["episode_return"], rs.last_return, ep.get("won")
-        )
+        metrics, last_return, seen = ag.episode_metrics(
+            env.groups, ep["done"], ep["episode_return"], rs.last_return, rs.returns_seen,
+            ep.get("won"),
+        )  # fmt: skip
         losses, q = {}, []
         for n, k in zip(txs, jax.random.split(k_learn, max(len(txs), 1)), strict=False):
             policies[n], losses[n] = learn(n, rs.policies[n], traj[n], k)
@@ -264,6 +267,7 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
             env_state=env_state,
             timestep=ts,
             last_return=last_return,
+            returns_seen=seen,
             key=jax.random.key_data(key),
             iteration=iteration,
         )

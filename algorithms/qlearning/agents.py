@@ -206,15 +206,18 @@ def episode_metrics(
     done: jax.Array,
     episode_return: Mapping[str, jax.Array],
     last_return: Mapping[str, jax.Array],
+    seen: jax.Array,
     won: jax.Array | None = None,
-) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
-    """``(metrics, last_return)``: per group the mean return (over its agents and the
-    episodes that ended: ``done [T, N]``, ``episode_return {g: [T, N, A_g]}``), keeping
-    ``last_return[g]`` when none ended; plus ``episodes_done``, and ``win_rate`` (the
-    fraction of the ended episodes won, 0 when none ended) where ``won [T, N]`` (the
-    env's ``extras["won"]``) is given."""
+) -> tuple[dict[str, jax.Array], dict[str, jax.Array], jax.Array]:
+    """``(metrics, last_return, seen)``: per group the mean return (over its agents and
+    the episodes that ended: ``done [T, N]``, ``episode_return {g: [T, N, A_g]}``),
+    keeping ``last_return[g]`` when none ended, NaN in the metrics until the first
+    episode ends (``seen``, ``[]`` bool: one has; the state itself stays finite); plus
+    ``episodes_done``, and ``win_rate`` (the fraction of the ended episodes won, 0 when
+    none ended) where ``won [T, N]`` (the env's ``extras["won"]``) is given."""
     done = done.astype(jnp.float32)
     n_done = jnp.sum(done)
+    seen = seen | (n_done > 0)
     metrics, new_last = {}, {}
     if won is not None:
         metrics["win_rate"] = jnp.sum(done * won.astype(jnp.float32)) / jnp.maximum(n_done, 1.0)
@@ -222,9 +225,9 @@ def episode_metrics(
         ret = jnp.mean(episode_return[g], axis=-1)
         mean_ret = jnp.sum(ret * done) / jnp.maximum(n_done, 1.0)
         new_last[g] = jnp.where(n_done > 0, mean_ret, last_return[g])
-        metrics[f"episode_return/{g}"] = new_last[g]
+        metrics[f"episode_return/{g}"] = jnp.where(seen, new_last[g], jnp.nan)
     metrics["episodes_done"] = n_done
-    return metrics, new_last
+    return metrics, new_last, seen
 
 
 def finish_metrics(

@@ -156,7 +156,8 @@ class RunnerState:
     carry: dict[str, jax.Array]  # {policy: [N, A_p, H]} float32 GRU state after the last step
     prev_action: dict[str, jax.Array]  # {policy: [N, A_p]} int32 last actions
     first: jax.Array  # [N] bool, the current observation starts an episode
-    last_return: dict[str, jax.Array]  # {g: []} float32 last episodes' mean return (NaN: none)
+    last_return: dict[str, jax.Array]  # {g: []} float32 last episodes' mean return (0: none)
+    returns_seen: jax.Array  # [] bool, an episode has ended (last_return holds its mean)
     key: jax.Array  # uint32[2] raw PRNG key
     iteration: jax.Array  # [] int32 iterations done
 
@@ -355,7 +356,8 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
             },
             prev_action={n: jnp.full((N, p.num_agents), -1, jnp.int32) for n, p in pols.items()},
             first=jnp.ones((N,), bool),
-            last_return={g: jnp.full((), jnp.nan, jnp.float32) for g in env.groups},
+            last_return={g: jnp.zeros((), jnp.float32) for g in env.groups},
+            returns_seen=jnp.zeros((), bool),
             key=jax.random.key_data(key),
             iteration=jnp.zeros((), jnp.int32),
         )
@@ -432,9 +434,10 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
             policies[n], stats[n] = _learn(
                 lr, mix, rs.policies[n], buffers[n], k, env_steps + N * T
             )
-        metrics, last_return = ag.episode_metrics(
-            env.groups, ep["done"], ep["episode_return"], rs.last_return, ep.get("won")
-        )
+        metrics, last_return, seen = ag.episode_metrics(
+            env.groups, ep["done"], ep["episode_return"], rs.last_return, rs.returns_seen,
+            ep.get("won"),
+        )  # fmt: skip
         iteration = rs.iteration + 1
         metrics = ag.finish_metrics(
             metrics,
@@ -453,6 +456,7 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
             prev_action=prev,
             first=first,
             last_return=last_return,
+            returns_seen=seen,
             key=jax.random.key_data(key),
             iteration=iteration,
         )
