@@ -1,7 +1,7 @@
 """The host training loop: compiled chunks, logging, progress, checkpoints, resume.
 
 `train_loop` runs a `jaxdrive.training.Trainer` as a sequence of compiled chunks of
-``iterations_per_chunk`` iterations each (one `lax.scan` per chunk, no host transfer
+``iterations_per_chunk`` iterations each (one compiled loop per chunk, no host transfer
 inside). Between chunks, on the host, it fetches the chunk's stacked metrics ``[K]``
 (one ``device_get``), checks for divergence, writes ``metrics.jsonl`` and TensorBoard
 scalars, updates a progress bar and saves a checkpoint every

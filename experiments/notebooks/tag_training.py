@@ -74,9 +74,10 @@ print("JAX on", jax.devices())
     md("""
     ## Train into a run folder
 
-    `train_loop(trainer, seed, workdir, iterations_per_chunk=K)` compiles `K` iterations
-    into one program, runs it, then (on the host) logs the chunk's metrics, checks for
-    NaNs and saves a checkpoint, and calls it again. `on_chunk` sees each chunk's metrics.
+    `train_loop(trainer, seed, workdir, iterations_per_chunk=K)` compiles one program that
+    runs up to `K` iterations (the first call runs one, so the first line comes early),
+    then, on the host after each chunk, logs its metrics, checks for NaNs, saves a
+    checkpoint and calls it again. `on_chunk` sees each chunk's metrics.
     Calling `train_loop` again on the same folder resumes from the latest checkpoint.
     """),
     code("""
