@@ -332,3 +332,15 @@ def test_append_records_keeps_old_lines_and_names_the_path(tmp_path):
         run.append_records(str(tmp_path), [{"a": 1}])  # a folder: the rename fails
     assert e.value.filename == str(tmp_path)
     assert not (tmp_path.parent / f"{tmp_path.name}.tmp").exists()
+
+
+def test_bad_mpe_reference_return_is_one_located_line(tmp_path):
+    """A ``--mpe_reference_returns`` pair naming no run of ``--mpe_runs`` is refused before
+    any training, with the flag named and exit status 2."""
+    proc = _bench(
+        "--suite=mpe_learning", "--mpe_runs=spread+tiny", "--mpe_reference_returns=tag=-5",
+        f"--out={tmp_path / 'out.jsonl'}",
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
+    assert proc.stderr.startswith("error: --mpe_reference_returns: 'tag=-5' is not RUN=RETURN")
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -28,3 +28,15 @@ def test_config_presets():
     assert mpe.get_config("tag").env_kwargs.to_dict() == {"num_good": 1, "num_adversaries": 1}
     with pytest.raises(ValueError, match="choose one MPE scenario preset"):
         mpe.get_config("tag,spread")
+
+
+def test_recurrent_mappo_two_groups_trains(tmp_path):
+    """``mappo`` is JaxMARL's recurrent MAPPO; with two policies (simple_tag's adversary and
+    agent) each keeps its GRU carry and the centralised critic trains."""
+    config = mpe.get_config("tag,mappo,tiny")
+    assert {config.policies[p].core for p in config.policies} == {"gru"}
+    assert mpe.get_config("tag,mappo,ff").policies.agent.core == "mlp"
+    summary = train.run(config, str(tmp_path / "run"), progress=False, animation=False)
+    assert summary["iterations"] == 4
+    last = read_metrics(str(tmp_path / "run"))[-1]["metrics"]
+    assert all(k in last for k in ("episode_return/adversary", "episode_return/agent"))

@@ -10,15 +10,16 @@ of every observation, reward and done flag into a scalar carry (nothing is
 dead-code-eliminated). The figure is the median of ``repeats`` calls after a warm-up call
 (compile excluded); the ratio ours / JaxMARL is printed.
 
-``--suite=mpe_learning``: IPPO (and MAPPO) on ``simple_spread`` with JaxMARL's published
-hyper-parameters and budget (`experiments/configs/mpe.py`), 10 seeds vmapped in one
+``--suite=mpe_learning``: the runs of ``--mpe_runs`` (default IPPO and MAPPO on
+``simple_spread``; any scenario preset of `experiments/configs/mpe.py`, presets joined by
+``+``) with JaxMARL's published hyper-parameters and budget, 10 seeds vmapped in one
 program: final return per seed (the mean of the episodes that ended in the last 5
 iterations), over seeds the mean, the interquartile mean and its 95% bootstrap interval,
 and wall time (compile included, and compile alone). Returns are also given in
 JaxMARL's logged units (its ``MPELogWrapper`` multiplies each agent's reward by the
-number of agents). With ``--mpe_reference_return=R`` (JaxMARL units: the final return
-of JaxMARL's own script, run beside ours), each record adds the wall time at which the
-seeds' mean training return (5-iteration window) first reaches ``R``.
+number of agents). With ``--mpe_reference_returns=RUN=R,…`` (JaxMARL units: the final
+return of JaxMARL's own script, run beside ours), that run's record adds the wall time at
+which the seeds' mean training return (5-iteration window) first reaches ``R``.
 
 ``--suite=mpe_parity``: every scenario, discrete (mpe2's counts) and continuous (other
 counts): `jaxdrive.testing.check_env` (it raises on failure) and 10⁴ transitions from
@@ -39,13 +40,19 @@ from absl import flags
 
 import jaxdrive
 
-flags.DEFINE_float(
-    "mpe_reference_return",
-    None,
-    "--suite=mpe_learning: a return (JaxMARL's units) whose first crossing time to report",
+flags.DEFINE_list(
+    "mpe_runs",
+    ["spread", "spread+mappo"],
+    "--suite=mpe_learning: the runs, each `experiments/configs/mpe.py` presets joined by '+'",
+)
+flags.DEFINE_list(
+    "mpe_reference_returns",
+    [],
+    "--suite=mpe_learning: RUN=RETURN pairs (JaxMARL's units, e.g. spread=-60.7): per run, "
+    "a return whose first crossing time to report",
 )
 
-__all__ = ["ENV_SIZES", "run_mpe_suite", "time_jaxmarl", "time_ours"]
+__all__ = ["ENV_SIZES", "learning_runs", "run_mpe_suite", "time_jaxmarl", "time_ours"]
 
 ENV_SIZES = {"mpe": (1_000, 10_000, 100_000), "mpe_quick": (16,)}
 _SCENARIOS = ("MPE_simple_spread_v3", "MPE_simple_tag_v3")
@@ -172,13 +179,33 @@ def _env_suite(sizes: tuple[int, ...], num_steps: int, repeats: int) -> list[dic
     return records
 
 
-def _learning_suite(num_seeds: int) -> list[dict[str, Any]]:
-    from experiments.benchmarks.training import learning_run, load_config, time_to_return
+def learning_runs() -> tuple[dict[str, Any], dict[str, float]]:
+    """``--mpe_runs``' configs and ``--mpe_reference_returns``, checked before any work."""
+    from experiments.benchmarks.training import load_config
 
-    reference = flags.FLAGS.mpe_reference_return
+    runs = flags.FLAGS.mpe_runs
+    references = {}
+    for pair in flags.FLAGS.mpe_reference_returns:
+        run, sep, value = pair.partition("=")
+        try:
+            if not sep or run not in runs:
+                raise ValueError
+            references[run] = float(value)
+        except ValueError:
+            raise ValueError(
+                f"--mpe_reference_returns: {pair!r} is not RUN=RETURN with RUN one of "
+                f"--mpe_runs {runs}"
+            ) from None
+    return {run: load_config("mpe", run.replace("+", ",")) for run in runs}, references
+
+
+def _learning_suite(num_seeds: int, configs: dict[str, Any], references: dict[str, float]):
+    from experiments.benchmarks.training import learning_run, time_to_return
+
     records = []
-    for preset in ("spread", "spread,mappo"):
-        config = load_config("mpe", preset)
+    for run, config in configs.items():
+        preset = run.replace("+", ",")
+        reference = references.get(run)
         out = learning_run(config, num_seeds=num_seeds)
         for k in ("_runner_state", "_trainer", "_env"):
             out.pop(k)
@@ -235,17 +262,19 @@ def _parity_suite(transitions: int) -> list[dict[str, Any]]:
     return records
 
 
-def run_mpe_suite(suite: str, repeats: int) -> list[dict[str, Any]]:
+def run_mpe_suite(suite: str, repeats: int, runs: tuple | None = None) -> list[dict[str, Any]]:
     """The records of ``suite``: ``mpe``, ``mpe_learning`` or ``mpe_parity`` (module
-    docstring); ``mpe_quick`` is ``mpe`` at 16 envs × 20 steps (tests, CPUs)."""
+    docstring); ``mpe_quick`` is ``mpe`` at 16 envs × 20 steps (tests, CPUs). ``runs``:
+    `learning_runs`' result when the caller checked the flags already."""
     from experiments.benchmarks.timing import device_info
 
+    runs = runs or (learning_runs() if suite == "mpe_learning" else None)
     info = device_info()
     if suite in ENV_SIZES:
         steps = _STEPS if suite == "mpe" else 20
         records = _env_suite(ENV_SIZES[suite], steps, repeats)
     elif suite == "mpe_learning":
-        records = _learning_suite(_SEEDS)
+        records = _learning_suite(_SEEDS, *runs)
     elif suite == "mpe_parity":
         records = _parity_suite(10_000)
     else:

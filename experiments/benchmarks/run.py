@@ -438,6 +438,7 @@ def _run() -> None:
         if not glob.glob(part):
             raise ValueError(f"--compare={FLAGS.compare}: {part} matches no file")
     anchors = load_anchors(FLAGS.compare)
+    mpe_runs = mpe.learning_runs() if FLAGS.suite == "mpe_learning" else None
     records = run_suite(
         FLAGS.suite, FLAGS.num_steps, FLAGS.repeats, FLAGS.backends, FLAGS.reset_mode
     )
@@ -464,7 +465,7 @@ def _run() -> None:
 
         records += run_adapters_suite(FLAGS.num_steps, FLAGS.repeats)
     if FLAGS.suite in MPE_SUITES:
-        records += mpe.run_mpe_suite(FLAGS.suite, FLAGS.repeats)
+        records += mpe.run_mpe_suite(FLAGS.suite, FLAGS.repeats, mpe_runs)
     if FLAGS.suite == "recurrent":
         from experiments.benchmarks.recurrent import run_recurrent_suite
 

@@ -9,8 +9,8 @@ separate 64×64 tanh actor and critic, advantages normalised per minibatch.
 MAPPO (``mappo`` preset): the same PPO with a centralised critic on the env's
 ``global_state`` (every agent's observation, concatenated), with JaxMARL's
 ``baselines/MAPPO/config/mappo_homogenous_rnn_mpe.yaml`` numbers: 128 envs × 128 steps,
-2M env steps, lr 2e-3 annealed, 128-unit layers. JaxMARL's MAPPO is recurrent (a GRU of
-128 after one 128-unit layer); here the networks are feed-forward 128×128.
+2M env steps, lr 2e-3 annealed, and its recurrent networks: one 128-unit ReLU layer, a
+GRU of 128, then the heads. ``ff`` makes the MAPPO networks feed-forward 128×128 ReLU.
 
 Scenario presets (one of them; default ``spread``): ``spread`` (``MPE_simple_spread_v3``,
 3 agents), ``tag`` (``MPE_simple_tag_v3`` with one adversary and one good agent, as
@@ -28,7 +28,7 @@ import ml_collections
 from algorithms.common.config import base_config, parse_presets
 
 SCENARIOS = ("spread", "tag", "reference", "speaker_listener")
-PRESETS = (*SCENARIOS, "mappo", "tiny")
+PRESETS = (*SCENARIOS, "mappo", "ff", "tiny")
 
 # scenario preset -> (registry name, groups (one policy each), constructor options)
 _ENVS = {
@@ -54,14 +54,23 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     c.total_env_steps = 2_000_000 if mappo else 10_000_000
     c.algo.centralized_critic = mappo
     for g in groups:
-        c.policies[g].lr = 2e-3 if mappo else 2.5e-4
-        c.policies[g].hidden_sizes = (128, 128) if mappo else (64, 64)
+        if mappo:
+            recurrent = "ff" not in presets
+            c.policies[g].update(
+                lr=2e-3,
+                activation="relu",
+                hidden_sizes=(128,) if recurrent else (128, 128),
+                core="gru" if recurrent else "mlp",
+                core_size=128,
+            )
+        else:
+            c.policies[g].update(lr=2.5e-4, hidden_sizes=(64, 64))
     c.run.iterations_per_chunk = 50
     if "tiny" in presets:
         c.num_envs, c.num_steps = 4, 8
         c.total_env_steps = 4 * 8 * 4
         for g in groups:
-            c.policies[g].hidden_sizes = (16,)
+            c.policies[g].update(hidden_sizes=(16,), core_size=16)
         c.run.iterations_per_chunk = 2
         c.run.animate = False
     return c
