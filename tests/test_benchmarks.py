@@ -334,13 +334,19 @@ def test_append_records_keeps_old_lines_and_names_the_path(tmp_path):
     assert not (tmp_path.parent / f"{tmp_path.name}.tmp").exists()
 
 
-def test_bad_mpe_reference_return_is_one_located_line(tmp_path):
-    """A ``--mpe_reference_returns`` pair naming no run of ``--mpe_runs`` is refused before
-    any training, with the flag named and exit status 2."""
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--mpe_reference_returns=tag=-5", "--mpe_reference_returns: 'tag=-5' is not RUN=RETURN"),
+        ("--mpe_overrides=algo.nope=1", "--mpe_overrides: 'algo.nope=1' is not KEY=LITERAL"),
+    ],
+)
+def test_bad_mpe_learning_flags_are_one_located_line(tmp_path, flag, message):
+    """A ``--mpe_reference_returns`` pair naming no run of ``--mpe_runs``, or an override
+    of a key the config lacks, is refused before any training (exit status 2)."""
     proc = _bench(
-        "--suite=mpe_learning", "--mpe_runs=spread+tiny", "--mpe_reference_returns=tag=-5",
-        f"--out={tmp_path / 'out.jsonl'}",
-    )  # fmt: skip
+        "--suite=mpe_learning", "--mpe_runs=spread+tiny", flag, f"--out={tmp_path / 'out.jsonl'}"
+    )
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
-    assert proc.stderr.startswith("error: --mpe_reference_returns: 'tag=-5' is not RUN=RETURN")
+    assert proc.stderr.startswith(f"error: {message}")
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from algorithms.common.init import orthogonal
 from jaxdrive.spaces import Space
 
 __all__ = [
@@ -282,7 +283,7 @@ class MLP(nn.Module):
         x = x if x.dtype == jnp.dtype(self.dtype) else x.astype(jnp.float32)
         for i, h in enumerate(self.hidden_sizes):
             kw = dict(
-                kernel_init=nn.initializers.orthogonal(math.sqrt(2.0)),
+                kernel_init=orthogonal(math.sqrt(2.0)),
                 bias_init=nn.initializers.zeros,
                 name=f"dense_{i}",
             )

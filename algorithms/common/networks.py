@@ -51,6 +51,7 @@ from algorithms.common.distributions import (
     log_prob_and_entropy,
     state_log_std,
 )
+from algorithms.common.init import orthogonal
 from algorithms.common.layers import (
     ACTIVATIONS,
     MLP,
@@ -199,7 +200,7 @@ class ActionHead(nn.Module):
         spec = self.spec
         kernel, bias = DenseParams(
             spec.num_outputs,
-            kernel_init=nn.initializers.orthogonal(0.01),
+            kernel_init=orthogonal(0.01),
             bias_init=nn.initializers.zeros,
             name="logits" if spec.is_discrete else "mean",
         )(x.shape[-1])
@@ -289,9 +290,7 @@ def joint_head_params(params: Any, spec: ActionSpec) -> tuple[jax.Array, jax.Arr
 
 
 def _value_head(x: jax.Array, name: str = "value") -> jax.Array:
-    v = nn.Dense(
-        1, kernel_init=nn.initializers.orthogonal(1.0), bias_init=nn.initializers.zeros, name=name
-    )(x)
+    v = nn.Dense(1, kernel_init=orthogonal(1.0), bias_init=nn.initializers.zeros, name=name)(x)
     return v[..., 0]
 
 
@@ -332,7 +331,7 @@ class DeterministicActor(nn.Module):
         x = MLP(self.hidden_sizes, self.activation, name="torso")(obs)
         x = nn.Dense(
             self.action_dim,
-            kernel_init=nn.initializers.orthogonal(0.01),
+            kernel_init=orthogonal(0.01),
             bias_init=nn.initializers.zeros,
             name="action",
         )(x)
@@ -383,7 +382,7 @@ class ActorCritic(nn.Module):
             self.critic_torso = mlp(in_features=self.critic_features)
         self.actor_head = ActionHead(self.spec, self.compute_dtype)
         self.value_head = DenseParams(
-            1, kernel_init=nn.initializers.orthogonal(1.0), bias_init=nn.initializers.zeros
+            1, kernel_init=orthogonal(1.0), bias_init=nn.initializers.zeros
         )
 
     def _value_of(self, h: jax.Array) -> jax.Array:

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 
 from algorithms.common.config_rules import Rule, choice, integer
+from algorithms.common.init import orthogonal
 from algorithms.common.layers import MLP, DenseParams, affine
 from algorithms.common.networks import ActionHead, ActionSpec
 
@@ -116,7 +117,7 @@ def _stacked_orthogonal(gates: int) -> Any:
     def init(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
         h = shape[0]
         keys = jax.random.split(key, gates)
-        blocks = [nn.initializers.orthogonal()(k, (h, h), dtype) for k in keys]
+        blocks = [orthogonal()(k, (h, h), dtype) for k in keys]
         return jnp.concatenate(blocks, axis=1)
 
     return init
@@ -379,7 +380,7 @@ class RecurrentActorCritic(nn.Module):
             self.critic_rnn = RecurrentCore(self.critic_kind, self.core_size)
         self.actor_head = ActionHead(self.spec, self.compute_dtype)
         self.value_head = DenseParams(
-            1, kernel_init=nn.initializers.orthogonal(1.0), bias_init=nn.initializers.zeros
+            1, kernel_init=orthogonal(1.0), bias_init=nn.initializers.zeros
         )
 
     def _heads(

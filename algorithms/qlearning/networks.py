@@ -25,6 +25,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from algorithms.common.init import orthogonal
 from algorithms.common.layers import activation_fn
 
 __all__ = ["AgentQNetwork", "QMixer", "agent_inputs", "next_q", "unroll", "vdn_mix"]
@@ -45,11 +46,11 @@ class AgentQNetwork(nn.Module):
     layer_norm: bool = False
 
     def setup(self) -> None:
-        init = nn.initializers.orthogonal(math.sqrt(2.0))
+        init = orthogonal(math.sqrt(2.0))
         self.layers = [nn.Dense(int(h), kernel_init=init) for h in self.hidden_sizes]
         self.norms = [nn.LayerNorm() for _ in self.hidden_sizes] if self.layer_norm else []
         self.cell = nn.GRUCell(int(self.gru_size)) if self.gru_size > 0 else None
-        self.head = nn.Dense(int(self.num_actions), kernel_init=nn.initializers.orthogonal(1.0))
+        self.head = nn.Dense(int(self.num_actions), kernel_init=orthogonal(1.0))
 
     def embed(self, x: jax.Array) -> jax.Array:
         """The torso: ``[..., I] -> [..., hidden_sizes[-1]]``."""
@@ -138,7 +139,7 @@ class _HyperNet(nn.Module):
 
     @nn.compact
     def __call__(self, s: jax.Array) -> jax.Array:
-        init = nn.initializers.orthogonal(self.scale)
+        init = orthogonal(self.scale)
         s = nn.relu(nn.Dense(self.hidden, kernel_init=init)(s))
         return nn.Dense(self.out, kernel_init=init)(s)
 
@@ -161,7 +162,7 @@ class QMixer(nn.Module):
         q = q.reshape(-1, a)  # [M, A]: one GEMM per layer over every leading index
         state = state.astype(jnp.float32).reshape(q.shape[0], -1)  # [M, S]
         w1 = jnp.abs(_HyperNet(self.hypernet_hidden, a * e, self.init_scale)(state))
-        b1 = nn.Dense(e, kernel_init=nn.initializers.orthogonal(self.init_scale))(state)
+        b1 = nn.Dense(e, kernel_init=orthogonal(self.init_scale))(state)
         w2 = jnp.abs(_HyperNet(self.hypernet_hidden, e, self.init_scale)(state))
         b2 = _HyperNet(e, 1, self.init_scale)(state)[:, 0]
         hidden = nn.elu(jnp.sum(q[:, :, None] * w1.reshape(-1, a, e), axis=1) + b1)

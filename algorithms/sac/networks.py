@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from algorithms.common.distributions import MIN_STD, TanhGaussian, state_log_std
+from algorithms.common.init import orthogonal
 from algorithms.common.layers import MLP
 
 __all__ = ["SquashedGaussianActor"]
@@ -40,7 +41,7 @@ class SquashedGaussianActor(nn.Module):
         x = MLP(self.hidden_sizes, self.activation, name="torso")(obs)
         out = nn.Dense(
             2 * self.action_dim,
-            kernel_init=nn.initializers.orthogonal(0.01),
+            kernel_init=orthogonal(0.01),
             bias_init=nn.initializers.zeros,
             name="head",
         )(x)

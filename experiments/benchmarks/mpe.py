@@ -12,8 +12,8 @@ dead-code-eliminated). The figure is the median of ``repeats`` calls after a war
 
 ``--suite=mpe_learning``: the runs of ``--mpe_runs`` (default IPPO and MAPPO on
 ``simple_spread``; any scenario preset of `experiments/configs/mpe.py`, presets joined by
-``+``) with JaxMARL's published hyper-parameters and budget, 10 seeds vmapped in one
-program: final return per seed (the mean of the episodes that ended in the last 5
+``+``) with JaxMARL's published hyper-parameters and budget (``--mpe_overrides`` changes
+config keys of every run), 10 seeds vmapped in one program: final return per seed (the mean of the episodes that ended in the last 5
 iterations), over seeds the mean, the interquartile mean and its 95% bootstrap interval,
 and wall time (compile included, and compile alone). Returns are also given in
 JaxMARL's logged units (its ``MPELogWrapper`` multiplies each agent's reward by the
@@ -29,6 +29,7 @@ largest differences and whether all are within ``1e-5``.
 
 from __future__ import annotations
 
+import ast
 import statistics
 import time
 from collections.abc import Callable
@@ -44,6 +45,12 @@ flags.DEFINE_list(
     "mpe_runs",
     ["spread", "spread+mappo"],
     "--suite=mpe_learning: the runs, each `experiments/configs/mpe.py` presets joined by '+'",
+)
+flags.DEFINE_list(
+    "mpe_overrides",
+    [],
+    "--suite=mpe_learning: dotted config overrides KEY=LITERAL applied to every run "
+    "(e.g. algo.reward_scale=0.1,total_env_steps=10000000)",
 )
 flags.DEFINE_list(
     "mpe_reference_returns",
@@ -181,7 +188,7 @@ def _env_suite(sizes: tuple[int, ...], num_steps: int, repeats: int) -> list[dic
 
 def learning_runs() -> tuple[dict[str, Any], dict[str, float]]:
     """``--mpe_runs``' configs and ``--mpe_reference_returns``, checked before any work."""
-    from experiments.benchmarks.training import load_config
+    from experiments.benchmarks.training import load_config, set_dotted
 
     runs = flags.FLAGS.mpe_runs
     references = {}
@@ -196,7 +203,23 @@ def learning_runs() -> tuple[dict[str, Any], dict[str, float]]:
                 f"--mpe_reference_returns: {pair!r} is not RUN=RETURN with RUN one of "
                 f"--mpe_runs {runs}"
             ) from None
-    return {run: load_config("mpe", run.replace("+", ",")) for run in runs}, references
+    configs = {run: load_config("mpe", run.replace("+", ",")) for run in runs}
+    for item in flags.FLAGS.mpe_overrides:
+        dotted, sep, literal = item.partition("=")
+        try:
+            value = ast.literal_eval(literal)
+            for config in configs.values():
+                node = config
+                for part in dotted.split(".")[:-1]:
+                    node = node[part]
+                if not sep or dotted.split(".")[-1] not in node:
+                    raise KeyError
+                set_dotted(config, dotted, value)
+        except (ValueError, SyntaxError, KeyError):
+            raise ValueError(
+                f"--mpe_overrides: {item!r} is not KEY=LITERAL with KEY a key of the MPE config"
+            ) from None
+    return configs, references
 
 
 def _learning_suite(num_seeds: int, configs: dict[str, Any], references: dict[str, float]):
