@@ -35,7 +35,8 @@ def test_recurrent_mappo_two_groups_trains(tmp_path):
     agent) each keeps its GRU carry and the centralised critic trains."""
     config = mpe.get_config("tag,mappo,tiny")
     assert {config.policies[p].core for p in config.policies} == {"gru"}
-    assert mpe.get_config("tag,mappo,ff").policies.agent.core == "mlp"
+    ff = mpe.get_config("tag,mappo,ff")
+    assert ff.policies.agent.core == "mlp" and ff.total_env_steps == 10_000_000
     summary = train.run(config, str(tmp_path / "run"), progress=False, animation=False)
     assert summary["iterations"] == 4
     last = read_metrics(str(tmp_path / "run"))[-1]["metrics"]

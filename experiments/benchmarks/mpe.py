@@ -10,8 +10,8 @@ of every observation, reward and done flag into a scalar carry (nothing is
 dead-code-eliminated). The figure is the median of ``repeats`` calls after a warm-up call
 (compile excluded); the ratio ours / JaxMARL is printed.
 
-``--suite=mpe_learning``: the runs of ``--mpe_runs`` (default IPPO and MAPPO on
-``simple_spread``; any scenario preset of `experiments/configs/mpe.py`, presets joined by
+``--suite=mpe_learning``: the runs of ``--mpe_runs`` (default IPPO, recurrent MAPPO and
+feed-forward MAPPO on ``simple_spread``; any scenario preset of `experiments/configs/mpe.py`, presets joined by
 ``+``) with JaxMARL's published hyper-parameters and budget (``--mpe_overrides`` changes
 config keys of every run), 10 seeds vmapped in one program: final return per seed (the mean of the episodes that ended in the last 5
 iterations), over seeds the mean, the interquartile mean and its 95% bootstrap interval,
@@ -43,7 +43,7 @@ import jaxdrive
 
 flags.DEFINE_list(
     "mpe_runs",
-    ["spread", "spread+mappo"],
+    ["spread", "spread+mappo", "spread+mappo+ff"],
     "--suite=mpe_learning: the runs, each `experiments/configs/mpe.py` presets joined by '+'",
 )
 flags.DEFINE_list(
