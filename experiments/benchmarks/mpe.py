@@ -11,11 +11,12 @@ dead-code-eliminated). The figure is the median of ``repeats`` calls after a war
 (compile excluded); the ratio ours / JaxMARL is printed.
 
 ``--suite=mpe_learning``: the runs of ``--mpe_runs`` (default IPPO, recurrent MAPPO and
-feed-forward MAPPO on ``simple_spread``; any scenario preset of `experiments/configs/mpe.py`, presets joined by
-``+``) with JaxMARL's published hyper-parameters and budget (``--mpe_overrides`` changes
-config keys of every run), 10 seeds vmapped in one program: final return per seed (the mean of the episodes that ended in the last 5
-iterations), over seeds the mean, the interquartile mean and its 95% bootstrap interval,
-and wall time (compile included, and compile alone). Returns are also given in
+feed-forward MAPPO on ``simple_spread``; any scenario preset of
+`experiments/configs/mpe.py`, presets joined by ``+``) with JaxMARL's published
+hyper-parameters and budget (``--mpe_overrides`` changes config keys of every run), 10
+seeds vmapped in one program: final return per seed (the mean of the episodes that
+ended in the last 5 iterations), over seeds the mean, the interquartile mean and its 95%
+bootstrap interval, and wall time (compile included, and compile alone). Returns are also given in
 JaxMARL's logged units (its ``MPELogWrapper`` multiplies each agent's reward by the
 number of agents). With ``--mpe_reference_returns=RUN=R,…`` (JaxMARL units: the final
 return of JaxMARL's own script, run beside ours), that run's record adds the wall time at
