@@ -141,15 +141,24 @@ def make(name: str, **overrides: Any) -> tuple[Env, EnvParams]:
     the env's `EnvParams` (numbers). Unknown names raise ``ValueError``. The params are
     built by ``env.make_params`` (`Env.make_params`), so they pass the env's own
     validation: an invalid value (NaN, out of range) raises ``ValueError`` naming the
-    field.
+    field. ``action_repeat=k`` (any env) wraps it in `jaxdrive.wrappers.ActionRepeat`:
+    each action applied ``k`` times, rewards summed.
     """
+    repeat = overrides.pop("action_repeat", None)
     if _is_adapted(name):
         from jaxdrive.adapters.named import make_adapted
 
-        return make_adapted(name, **overrides)
-    factory = _load(name)
-    static_keys = _static_keys(factory)
-    static = {k: v for k, v in overrides.items() if k in static_keys}
-    env = factory(**static)
-    _, param_over = split_overrides(factory, overrides, env.default_params)
-    return env, env.make_params(**param_over)
+        env, params = make_adapted(name, **overrides)
+    else:
+        factory = _load(name)
+        static_keys = _static_keys(factory)
+        static = {k: v for k, v in overrides.items() if k in static_keys}
+        env = factory(**static)
+        _, param_over = split_overrides(factory, overrides, env.default_params)
+        params = env.make_params(**param_over)
+    if repeat is not None:
+        from jaxdrive.wrappers import ActionRepeat
+
+        wrapped = ActionRepeat(env, repeat)  # checks the value
+        env = wrapped if wrapped.repeat > 1 else env
+    return env, params

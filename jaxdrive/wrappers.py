@@ -1,5 +1,5 @@
-"""Wrappers around a pure `Env`: episode statistics, time limit, observation
-normalisation and auto-reset (optionally from a reset pool of start states).
+"""Wrappers around a pure `Env`: episode statistics, time limit, action repeat,
+observation normalisation and auto-reset (optionally from a reset pool of start states).
 
 Each wrapper is itself an `Env`; its state holds the wrapped env's state in
 ``inner``. Usual order, innermost first::
@@ -22,6 +22,7 @@ from jaxdrive.env import Env
 from jaxdrive.types import TimeStep
 
 __all__ = [
+    "ActionRepeat",
     "AutoReset",
     "EpisodeStats",
     "NormalizeObservation",
@@ -182,6 +183,51 @@ class TimeLimit(Wrapper):
         }
         ts = ts.replace(truncated=truncated, done=ts.done | cut)
         return TimeLimitState(inner, t), ts
+
+
+# ----------------------------------------------------------------------------------------
+class ActionRepeat(Wrapper):
+    """Applies each action ``repeat`` times: one step is up to ``repeat`` steps of the
+    wrapped env with the same actions, stopping after the first that ends the episode.
+
+    The timestep is that of the last inner step taken (observation, flags, extras,
+    masks); its reward is the sum of the inner steps' rewards, ``Σ_{i ≤ j} r_i`` with
+    ``j`` the last step taken. The state is the inner state after step ``j``. Episodes
+    are ``ceil(L / repeat)`` steps long where the inner env's are ``L`` (Brax's
+    ``action_repeat``; `jaxdrive.make` applies it with ``action_repeat=k``).
+    """
+
+    def __init__(self, env: Env, repeat: int):
+        super().__init__(env)
+        if isinstance(repeat, bool) or int(repeat) != repeat or int(repeat) < 1:
+            raise ValueError(f"action_repeat must be an integer >= 1, got {repeat!r}")
+        self.repeat = int(repeat)
+
+    @property
+    def episode_length(self) -> int | None:
+        inner = self._env.episode_length
+        return None if inner is None else -(-inner // self.repeat)
+
+    @property
+    def name(self) -> str:
+        return f"ActionRepeat{self.repeat}<{self._env.name}>"
+
+    def step_env(self, key, state, actions, params):
+        # one inner step in the program (a scan), a zero timestep to start from
+        shapes = jax.eval_shape(self._env.step, key, state, actions, params)[1]
+        ts = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+
+        def again(carry, k):
+            state, ts, total, ended = carry
+            nxt_state, nxt = self._env.step(k, state, actions, params)
+            total = {g: total[g] + jnp.where(ended, 0.0, nxt.reward[g]) for g in total}
+            state = select_tree(ended, state, nxt_state)
+            return (state, select_tree(ended, ts, nxt), total, ended | nxt.done), None
+
+        carry = (state, ts, ts.reward, jnp.asarray(False))
+        keys = jax.random.split(key, self.repeat)
+        (state, ts, total, _), _ = jax.lax.scan(again, carry, keys)
+        return state, ts.replace(reward=total)
 
 
 # ----------------------------------------------------------------------------------------
