@@ -321,6 +321,20 @@ def test_bad_compare_is_refused_before_any_work(tmp_path):
         run.load_anchors(f"{tmp_path}/a.jsonl")
 
 
+def test_record_sink_writes_each_record_once(tmp_path):
+    """Records a suite hands to the sink are on disk at once; the end-of-run append
+    (`RecordSink.unwritten`) leaves them out, so every record is written once."""
+    path = tmp_path / "out.jsonl"
+    sink = run.RecordSink(str(path))
+    first, second = {"a": 1}, {"a": 1}  # equal, not the same record
+    sink.add(first)
+    assert [json.loads(x) for x in path.read_text().splitlines()] == [{"a": 1}]
+    rest = sink.unwritten([first, second])
+    assert len(rest) == 1 and rest[0] is second
+    run.append_records(str(path), rest)
+    assert len(path.read_text().splitlines()) == 2
+
+
 def test_append_records_keeps_old_lines_and_names_the_path(tmp_path):
     path = tmp_path / "out.jsonl"
     path.write_text('{"old": 1}')  # a last line without its newline

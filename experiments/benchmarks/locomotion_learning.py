@@ -258,8 +258,9 @@ def _registered(name: str) -> bool:
     return True
 
 
-def run_locomotion_learning_suite() -> list[dict[str, Any]]:
-    """The ``--suite=locomotion_learning`` records (see the module docstring)."""
+def run_locomotion_learning_suite(sink: Any = None) -> list[dict[str, Any]]:
+    """The ``--suite=locomotion_learning`` records (see the module docstring), each also
+    given to ``sink.add`` (`experiments.benchmarks.run.RecordSink`) when finished."""
     from experiments.benchmarks.timing import device_info
 
     info = device_info()
@@ -273,6 +274,8 @@ def run_locomotion_learning_suite() -> list[dict[str, Any]]:
             print("  brax is not importable: no Brax PPO anchor run", flush=True)
         else:
             records.append({"bench": "brax_ppo", **rec, **info})
+            if sink is not None:
+                sink.add(records[-1])
     for env in FLAGS.learn_envs:
         for algorithm in FLAGS.learn_algos:
             if algorithm != "ppo" and ENV_PRESETS[env][0] != "locomotion":
@@ -289,4 +292,6 @@ def run_locomotion_learning_suite() -> list[dict[str, Any]]:
                 )
                 rec.update(bench="locomotion_learning", name=env, target=TARGETS[env], **info)
                 records.append(rec)
+                if sink is not None:
+                    sink.add(rec)
     return records

@@ -223,7 +223,13 @@ def learning_runs() -> tuple[dict[str, Any], dict[str, float]]:
     return configs, references
 
 
-def _learning_suite(num_seeds: int, configs: dict[str, Any], references: dict[str, float]):
+def _learning_suite(
+    num_seeds: int,
+    configs: dict[str, Any],
+    references: dict[str, float],
+    info: dict[str, Any],
+    sink: Any,
+) -> list[dict[str, Any]]:
     from experiments.benchmarks.training import learning_run, time_to_return
 
     records = []
@@ -247,7 +253,10 @@ def _learning_suite(num_seeds: int, configs: dict[str, Any], references: dict[st
                 k: time_to_return(c, reference / agents, out["compile_s"], run_s)
                 for k, c in curves.items()
             }
+        out.update(info)
         records.append(out)
+        if sink is not None:
+            sink.add(out)
         iqm = {
             k: f"{v['iqm']:.2f} [{v['iqm_ci95'][0]:.2f}, {v['iqm_ci95'][1]:.2f}]"
             for k, v in out["summary"].items()
@@ -286,10 +295,13 @@ def _parity_suite(transitions: int) -> list[dict[str, Any]]:
     return records
 
 
-def run_mpe_suite(suite: str, repeats: int, runs: tuple | None = None) -> list[dict[str, Any]]:
+def run_mpe_suite(
+    suite: str, repeats: int, runs: tuple | None = None, sink: Any = None
+) -> list[dict[str, Any]]:
     """The records of ``suite``: ``mpe``, ``mpe_learning`` or ``mpe_parity`` (module
     docstring); ``mpe_quick`` is ``mpe`` at 16 envs × 20 steps (tests, CPUs). ``runs``:
-    `learning_runs`' result when the caller checked the flags already."""
+    `learning_runs`' result when the caller checked the flags already; ``sink``
+    (`experiments.benchmarks.run.RecordSink`) gets each learning record when finished."""
     from experiments.benchmarks.timing import device_info
 
     runs = runs or (learning_runs() if suite == "mpe_learning" else None)
@@ -298,7 +310,7 @@ def run_mpe_suite(suite: str, repeats: int, runs: tuple | None = None) -> list[d
         steps = _STEPS if suite == "mpe" else 20
         records = _env_suite(ENV_SIZES[suite], steps, repeats)
     elif suite == "mpe_learning":
-        records = _learning_suite(_SEEDS, *runs)
+        records = _learning_suite(_SEEDS, *runs, info, sink)
     elif suite == "mpe_parity":
         records = _parity_suite(10_000)
     else:

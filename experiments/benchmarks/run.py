@@ -60,6 +60,7 @@ from experiments.benchmarks.tag_config import make_tag
 __all__ = [
     "BACKENDS",
     "SUITES",
+    "RecordSink",
     "append_records",
     "compare",
     "load_anchors",
@@ -387,6 +388,25 @@ def append_records(path: str, records: list[dict[str, Any]]) -> None:
     common.write_text(path, old + lines)
 
 
+class RecordSink:
+    """Appends records to ``path`` one at a time as a long suite finishes them, so a run
+    stopped part way (a time limit, an interrupt) keeps the records already finished;
+    `unwritten` leaves those out of the end-of-run append."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._written: list[dict[str, Any]] = []
+
+    def add(self, rec: dict[str, Any]) -> None:
+        """Appends ``rec`` to the file now (`append_records`)."""
+        append_records(self.path, [rec])
+        self._written.append(rec)
+
+    def unwritten(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The records of ``records`` (by identity) not yet added."""
+        return [r for r in records if not any(r is w for w in self._written)]
+
+
 def compare(records: list[dict[str, Any]], anchors: list[dict[str, Any]]) -> list[str]:
     """Lines ``ours / anchor`` for records with a matching anchor config."""
     lines = []
@@ -439,6 +459,7 @@ def _run() -> None:
             raise ValueError(f"--compare={FLAGS.compare}: {part} matches no file")
     anchors = load_anchors(FLAGS.compare)
     mpe_runs = mpe.learning_runs() if FLAGS.suite == "mpe_learning" else None
+    sink = RecordSink(out)  # learning suites append each record when it is finished
     records = run_suite(
         FLAGS.suite, FLAGS.num_steps, FLAGS.repeats, FLAGS.backends, FLAGS.reset_mode
     )
@@ -465,7 +486,7 @@ def _run() -> None:
 
         records += run_adapters_suite(FLAGS.num_steps, FLAGS.repeats)
     if FLAGS.suite in MPE_SUITES:
-        records += mpe.run_mpe_suite(FLAGS.suite, FLAGS.repeats, mpe_runs)
+        records += mpe.run_mpe_suite(FLAGS.suite, FLAGS.repeats, mpe_runs, sink=sink)
     if FLAGS.suite == "recurrent":
         from experiments.benchmarks.recurrent import run_recurrent_suite
 
@@ -483,7 +504,7 @@ def _run() -> None:
         else:
             records += locomotion.run_parity_suite(FLAGS.parity_states, FLAGS.parity_model)
     if FLAGS.suite == "locomotion_learning":
-        records += locomotion_learning.run_locomotion_learning_suite()
+        records += locomotion_learning.run_locomotion_learning_suite(sink)
     if FLAGS.suite == "population":
         records += population.population_records(FLAGS.train_iterations, FLAGS.repeats)
     if FLAGS.suite == "population_learning":
@@ -492,7 +513,7 @@ def _run() -> None:
         print("\nratios against anchors:")
         for line in compare(records, anchors):
             print(line)
-    append_records(out, records)
+    append_records(out, sink.unwritten(records))
     print(f"\n{len(records)} results appended to {os.path.abspath(out)}")
 
 
