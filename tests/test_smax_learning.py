@@ -110,13 +110,18 @@ def test_qlearning_episode_metrics_win_rate():
     assert "win_rate" not in episode_metrics(("ally",), done, ret, {"ally": 0.0}, no)[0]
 
 
-def test_smax_suite_row_is_finite_at_tiny_size():
+def test_smax_suite_row_is_finite_at_tiny_size(tmp_path):
     """A feed-forward MAPPO row of ``--suite=marl_learning`` at the config's ``tiny``
     size (12-step battles), 2 vmapped seeds: the trainer's ``win_rate`` becomes finite
-    win rates in [0, 1], a curve and times."""
+    win rates in [0, 1], a curve and times; the record names the device and is on disk
+    (the run's `RecordSink`) as soon as the run ends."""
+    from experiments.benchmarks.run import RecordSink
     from experiments.benchmarks.smax_learning import marl_learning_records
 
-    (r,) = marl_learning_records(("mappo_ff_2s3z",), 1, 0, smax_seeds=2, tiny=True)
+    sink = RecordSink(str(tmp_path / "out.jsonl"))
+    (r,) = marl_learning_records(("mappo_ff_2s3z",), 1, 0, smax_seeds=2, tiny=True, sink=sink)
+    assert sink.unwritten([r]) == [] and (tmp_path / "out.jsonl").read_text().count("\n") == 1
+    assert r["device"] and r["jax"] and r["date"]
     assert r["name"] == "mappo_ff_2s3z" and r["core"] == "mlp" and r["completed"]
     assert r["num_seeds"] == 2 and r["episodes"] > 0 and r["wall_s_incl_compile"] > 0
     rates = r["final_win_rates"]

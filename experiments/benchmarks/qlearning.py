@@ -104,10 +104,15 @@ def _run(name: str, config: Any, num_seeds: int, target: float) -> dict[str, Any
 
 
 def qlearning_records(
-    num_seeds: int, spread_env_steps: int, names: tuple[str, ...] | None = None
+    num_seeds: int,
+    spread_env_steps: int,
+    names: tuple[str, ...] | None = None,
+    info: dict[str, Any] | None = None,
+    sink: Any = None,
 ) -> list[dict[str, Any]]:
     """The records of `QLEARNING_RUNS` (those in ``names`` when given), printed as they
-    finish."""
+    finish, with ``info`` (the device, `experiments.benchmarks.timing.device_info`)
+    added, each given to ``sink.add`` (`experiments.benchmarks.run.RecordSink`) then."""
     records = []
     for name, preset, target in QLEARNING_RUNS:
         if names is not None and name not in names:
@@ -130,5 +135,8 @@ def qlearning_records(
             f"(compile {rec['compile_s']:.1f} s), {rec['total_env_steps']:,} env steps",
             flush=True,
         )
+        rec.update(info or {})
         records.append(rec)
+        if sink is not None:
+            sink.add(rec)
     return records

@@ -479,7 +479,7 @@ def _run() -> None:
         runs = tuple(FLAGS.marl_runs or sl.DEFAULT_MARL_RUNS)
         records += sl.marl_learning_records(
             runs, FLAGS.num_seeds, FLAGS.spread_env_steps, FLAGS.smax_seeds,
-            FLAGS.smax_env_steps, smax_budget_s=FLAGS.smax_budget_s,
+            FLAGS.smax_env_steps, smax_budget_s=FLAGS.smax_budget_s, sink=sink,
         )  # fmt: skip
     if FLAGS.suite == "adapters":
         from experiments.benchmarks.adapters import run_adapters_suite

@@ -200,11 +200,13 @@ def smax_records(
     env_steps: int = 0,
     tiny: bool = False,
     budget_s: float = 0.0,
+    info: dict[str, Any] | None = None,
+    sink: Any = None,
 ) -> list[dict[str, Any]]:
     """The records of the `SMAX_RUNS` in ``names``, printed as they finish;
     ``env_steps > 0`` replaces every run's budget, ``tiny`` applies each config's
     ``tiny`` preset (tests and quick CPU runs), ``budget_s > 0`` caps each run's wall
-    time (`smax_run`)."""
+    time (`smax_run`); ``info`` and ``sink`` as in `qlearning_records`."""
     records = []
     for name, cfg, preset, target in SMAX_RUNS:
         if name not in names:
@@ -220,8 +222,11 @@ def smax_records(
             f"{rec['total_env_steps']:,} env steps × {num_seeds} seeds",
             flush=True,
         )
+        rec.update(info or {})
         print(f"marl_learning_json {json.dumps(rec)}", flush=True)
         records.append(rec)
+        if sink is not None:
+            sink.add(rec)
     return records
 
 
@@ -233,15 +238,22 @@ def marl_learning_records(
     smax_env_steps: int = 0,
     tiny: bool = False,
     smax_budget_s: float = 0.0,
+    sink: Any = None,
 ) -> list[dict[str, Any]]:
     """``--suite=marl_learning``: the Q-learning rows (`qlearning_records`, PQN CartPole
     on ``num_seeds`` seeds, the MPE runs for ``spread_env_steps``) and the SMAX rows
     (`smax_records`, ``smax_seeds`` seeds) named in ``runs``; an unknown name raises
     ``ValueError`` naming it and the known ones; ``tiny`` and ``smax_budget_s`` (each
-    SMAX run's wall-time cap) as in `smax_records`."""
+    SMAX run's wall-time cap) as in `smax_records`; every record carries the device
+    (`experiments.benchmarks.timing.device_info`) and goes to ``sink.add`` when finished."""
+    from experiments.benchmarks.timing import device_info
+
     unknown = [r for r in runs if r not in MARL_RUNS]
     if unknown:
         raise ValueError(f"--marl_runs: unknown run(s) {unknown}; known: {list(MARL_RUNS)}")
     q_names = tuple(r[0] for r in QLEARNING_RUNS if r[0] in runs)
-    records = qlearning_records(num_seeds, spread_env_steps, q_names) if q_names else []
-    return records + smax_records(tuple(runs), smax_seeds, smax_env_steps, tiny, smax_budget_s)
+    info = device_info()
+    records = qlearning_records(num_seeds, spread_env_steps, q_names, info, sink) if q_names else []
+    return records + smax_records(
+        tuple(runs), smax_seeds, smax_env_steps, tiny, smax_budget_s, info, sink
+    )
