@@ -12,6 +12,8 @@ resets at the batch level and computes a reset only on steps where an env ended.
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 import jax
@@ -199,7 +201,14 @@ class ActionRepeat(Wrapper):
 
     def __init__(self, env: Env, repeat: int):
         super().__init__(env)
-        if isinstance(repeat, bool) or int(repeat) != repeat or int(repeat) < 1:
+        whole = (
+            isinstance(repeat, numbers.Real)
+            and not isinstance(repeat, bool)
+            and math.isfinite(repeat)
+            and repeat >= 1
+            and int(repeat) == repeat
+        )
+        if not whole:
             raise ValueError(f"action_repeat must be an integer >= 1, got {repeat!r}")
         self.repeat = int(repeat)
 

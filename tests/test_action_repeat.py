@@ -63,6 +63,6 @@ def test_make_applies_action_repeat_and_checks_it() -> None:
     assert isinstance(env, ActionRepeat) and env.repeat == 2 and env.episode_length == 50
     plain, _ = jaxdrive.make("CartPole-v1", action_repeat=1)
     assert not isinstance(plain, ActionRepeat)
-    for bad in (0, 2.5, True, "2"):
+    for bad in (0, 2.5, True, "2", float("nan")):
         with pytest.raises(ValueError, match="action_repeat must be an integer >= 1"):
             jaxdrive.make("CartPole-v1", action_repeat=bad)
