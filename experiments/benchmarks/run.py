@@ -9,7 +9,8 @@ Suites:
            runs it: its shared-torso network, then PPO), CartPole 10,000 envs (A2C, fc 32×32).
   learning the learning targets: PPO CartPole (8 vmapped seeds), PPO Acrobot, DDPG, SAC
            and TD3 Pendulum, PPO Tag (the ``advnorm`` preset, 1e8 env steps; trained vs
-           random taggers).
+           random taggers); return targets also give the wall time (compile included)
+           at which the seeds' mean return first reaches them (5-iteration window).
   quick    tiny sizes of the env and train suites, for CPUs and the test suite.
   marl_learning  Q-learning return vs wall time: PQN CartPole, VDN/QMIX/IQL MPE
            simple_spread (`experiments.benchmarks.qlearning`); SMAX win rate vs env steps
@@ -288,6 +289,7 @@ def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
         evaluate_tag_tagging_seeds,
         learning_run,
         load_config,
+        time_to_return,
     )
 
     info = device_info()
@@ -323,8 +325,14 @@ def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
             continue
         out = learning_run(config, num_seeds=seeds)
         rs, trainer, env = out.pop("_runner_state"), out.pop("_trainer"), out.pop("_env")
-        out.pop("_curves")
+        curves = out.pop("_curves")
         out.update(bench="learning", name=name, target=target, **info)
+        if not name.startswith("ppo_tag"):  # a return target (Tag's is a tagging ratio)
+            # wall time (compile included) at which the seeds' mean return reaches it
+            run_s = out["wall_s_incl_compile"] - out["compile_s"]
+            out["wall_s_to_target"] = {
+                k: time_to_return(c, target, out["compile_s"], run_s) for k, c in curves.items()
+            }
         if name.startswith("ppo_tag"):
             _, env_params = jaxdrive.make(config.env_name, **dict(config.env_kwargs))
             out["tagging"] = evaluate_tag_tagging_seeds(env, env_params, trainer, rs, seeds)
