@@ -28,16 +28,17 @@ One JSON record with both curves (best and median score per chunk and seed, agai
 wall time) and the figures above; one printed line per population and per summary.
 
 **Self-play on Tag** (``--popl_parts=league``, `league_records`): two leagues
-(`algorithms.population.make_league`) on Tag (the ``advnorm`` preset,
+(`algorithms.population.make_league`) on Tag (the ``advnorm`` preset in bfloat16,
 ``--popl_league_envs`` envs × 100 steps), one drawing each turn's opponent from the
 other side's pool by ``--popl_league_sampling``, one always playing the opponent's
 latest snapshot, each for ``--popl_league_env_steps`` env steps in turns of
 ``--popl_league_turn_iterations`` iterations, ``--popl_seeds`` seeds vmapped, the same
-keys for both. Then each run's taggers play one episode of ``--popl_league_eval_envs``
-envs against every held-out runner set: a randomly initialised one and the final
-runners of the other seeds of both leagues (runners neither tagger trained against);
-the record holds runners tagged per episode per set, their mean per seed, and the
-mean and standard deviation over seeds.
+keys for both; side by side on two devices where there are two or more. Then each
+run's taggers play one episode of ``--popl_league_eval_envs`` envs against every
+held-out runner set: a randomly initialised one and the final runners of the other
+seeds of both leagues (runners neither tagger trained against); the record holds runners
+tagged per episode per set, their mean per seed, and the mean and standard deviation
+over seeds.
 """
 
 from __future__ import annotations
@@ -261,8 +262,8 @@ def pbt_record(
 
 def _train_league(league: Any, keys: jax.Array, turns: int, iterations: int) -> tuple[Any, float]:
     """``turns`` turns of ``league`` (sides alternating, the first side first) on the
-    seeds of ``keys [S, 2]``; returns the final state and the wall seconds (compile
-    included)."""
+    seeds of ``keys [S, 2]`` (on the device ``keys`` are committed to); returns the final
+    state and the wall seconds (compile included)."""
     t0 = time.perf_counter()
     state = jax.jit(jax.vmap(league.init))(keys)
     programs = {
@@ -273,6 +274,29 @@ def _train_league(league: Any, keys: jax.Array, turns: int, iterations: int) -> 
         state = programs[league.sides[t % 2]](state)
     jax.block_until_ready(state)
     return state, time.perf_counter() - t0
+
+
+def _train_leagues(
+    leagues: dict[str, Any], keys: jax.Array, turns: dict[str, int], iterations: int
+) -> dict[str, tuple[Any, float]]:
+    """`_train_league` for each of ``leagues``: side by side, one per device, where
+    there are as many devices as leagues (each league's wall time is then its own,
+    measured while the other runs); one after the other on the first device otherwise.
+    The final states come back on the first device."""
+    devices = jax.devices()
+    first = devices[0]
+    if len(devices) < len(leagues):
+        return {n: _train_league(lg, keys, turns[n], iterations) for n, lg in leagues.items()}
+
+    def run(i: int, name: str) -> tuple[Any, float]:
+        with jax.default_device(devices[i]):
+            keys_i = jax.device_put(keys, devices[i])
+            state, wall = _train_league(leagues[name], keys_i, turns[name], iterations)
+        return jax.device_put(state, first), wall
+
+    with ThreadPoolExecutor(len(leagues)) as ex:
+        futures = {n: ex.submit(run, i, n) for i, n in enumerate(leagues)}
+        return {n: f.result() for n, f in futures.items()}
 
 
 def league_records(
@@ -292,18 +316,26 @@ def league_records(
     from experiments.benchmarks.training import evaluate_tag_tagging, load_config
 
     preset = "tiny" if tiny else "advnorm"
-    over = {} if tiny else {"num_envs": num_envs, "num_steps": 100}
+    over: dict[str, Any] = {}
+    if not tiny:  # the learning suite's Tag run: mixed precision
+        over = {"num_envs": num_envs, "num_steps": 100}
+        over.update({f"policies.{p}.compute_dtype": "bfloat16" for p in ("tagger", "runner")})
     config = load_config("tag_continuous", preset, total_env_steps=env_steps, **over)
     env, env_params = jaxdrive.make(config.env_name, **dict(config.env_kwargs))
     keys = jax.random.key_data(jax.random.split(jax.random.key(int(config.seed)), seeds))
+    leagues = {
+        name: make_league(config, env, env_params, pool_size=pool_size, sampling=name)
+        for name in ("latest", sampling)
+    }
+    per_turn = turn_iterations * leagues["latest"].trainers["tagger"].env_steps_per_iteration
+    turns = {name: max(2, env_steps // per_turn) for name in leagues}
+    trained = _train_leagues(leagues, keys, turns, turn_iterations)
     runs: dict[str, dict[str, Any]] = {}
-    for name in ("latest", sampling):
-        league = make_league(config, env, env_params, pool_size=pool_size, sampling=name)
-        per_turn = turn_iterations * league.trainers["tagger"].env_steps_per_iteration
-        turns = max(2, env_steps // per_turn)
-        state, wall = _train_league(league, keys, turns, turn_iterations)
-        runs[name] = {"league": league, "state": state, "wall": wall, "turns": turns}
-        print(f"population_learning league {name:<11} {turns} turns in {wall:.1f} s", flush=True)
+    for name, (state, wall) in trained.items():
+        runs[name] = {"league": leagues[name], "state": state, "wall": wall, "turns": turns[name]}
+        print(
+            f"population_learning league {name:<11} {turns[name]} turns in {wall:.1f} s", flush=True
+        )
     evaluator = runs["latest"]["league"].trainers["tagger"]  # one tagging program for all
 
     def side(name: str, s: int, policy: str) -> dict[str, Any]:
