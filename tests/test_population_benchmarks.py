@@ -27,7 +27,17 @@ a = population_records(iterations=1, repeats=2, quick=True, cases=("devices",),
                        cartpole_members=2, devices_task="cartpole")
 b = population_learning_records(members=2, seeds=2, env_steps=32, target=-1e9,
                                 final_episodes=2, tiny=True)
-print("RECORDS " + json.dumps({"throughput": a, "learning": b}, default=str))
+import jax, jax.numpy as jnp
+from experiments.benchmarks.population_learning import _train_leagues
+class Fake:  # a league whose state records each turn: x -> 3x + (1 if side "a" else 2)
+    sides = ("a", "b")
+    init = staticmethod(lambda key: {"x": key[0].astype(jnp.float32)})
+    chunk = staticmethod(lambda st, it, side: ({"x": 3 * st["x"] + (1 if side == "a" else 2)}, 0))
+keys = jnp.array([[1, 0], [2, 0]], jnp.uint32)
+lg = _train_leagues({"p": Fake(), "q": Fake()}, keys, {"p": 2, "q": 3}, 1)
+c = {n: {"x": s["x"].tolist(), "devices": [d.id for d in s["x"].devices()], "wall": w}
+     for n, (s, w) in lg.items()}
+print("RECORDS " + json.dumps({"throughput": a, "learning": b, "leagues": c}, default=str))
 """
 
 
@@ -60,6 +70,14 @@ def test_throughput_rows(suites):
         assert rec["compile_s"] > 0 and rec["lower_s"] > 0 and rec["select_ms"] > 0
     assert one["speedup"] == 1.0
     assert split["speedup"] == pytest.approx(split["env_steps_per_s"] / one["env_steps_per_s"])
+
+
+def test_leagues_side_by_side_on_two_devices(suites):
+    out = suites["leagues"]
+    # 2 turns (a, b) from x0: 3(3x0 + 1) + 2; 3 turns: 3(that) + 1
+    assert out["p"]["x"] == [14.0, 23.0] and out["q"]["x"] == [43.0, 70.0]
+    for n in out:  # back on the first device after training on their own
+        assert out[n]["devices"] == [0] and out[n]["wall"] > 0
 
 
 def test_unknown_case():

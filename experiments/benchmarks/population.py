@@ -13,7 +13,7 @@ crossing to the host (`experiments.benchmarks.timing.time_compiled`); aggregate 
 steps/s = ``P · K · N · T`` / median seconds. Each case prints its row as soon as it has
 been timed. Cases (``--pop_cases``):
 
-* ``cartpole``: PPO on CartPole at its default small batch (launch-bound):
+* ``cartpole``: PPO on CartPole at a small batch, 4 envs × 128 steps (launch-bound):
   ``--pop_cartpole_members`` members against 1 (``ratio`` = aggregate / the one
   member's, in the same process), ``--pop_cartpole_iterations`` per call;
 * ``tag``: PPO on Tag, 1000 envs × (10+100) agents (compute-bound):
@@ -53,7 +53,7 @@ flags.DEFINE_enum("pop_devices_task", "tag", ["tag", "cartpole"], "task of the d
 
 #: (config file, preset, overrides) of the two tasks, full size and tiny (``quick``).
 _TASKS = {
-    "cartpole": ("cartpole", "", {}),
+    "cartpole": ("cartpole", "", {"num_envs": 4, "num_steps": 128}),
     "tag": ("tag_continuous", "", {"num_envs": 1000, "num_steps": 25}),
 }
 _QUICK = {

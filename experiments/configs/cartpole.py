@@ -1,4 +1,5 @@
-"""PPO on CartPole-v1 (purejaxrl's settings).
+"""PPO on CartPole-v1 (purejaxrl's settings, with 16 envs × 32 steps instead of 4 × 128:
+the same 512 env steps per iteration in a quarter of the serial rollout steps).
 
 Presets (``--config=experiments/configs/cartpole.py:tiny,a2c``): ``tiny`` (a few
 iterations, for tests and quick CPU runs), ``a2c`` (A2C instead of PPO), ``gru`` (a
@@ -18,11 +19,12 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     """The CartPole run config, with the comma-separated ``preset``s applied."""
     presets = parse_presets(preset, PRESETS)
     c = base_config("ppo", "CartPole-v1")
+    c.num_envs, c.num_steps = 16, 32
     c.total_env_steps = 500_000
     c.algo.lr_schedule = "linear"
     c.policies.agent.lr = 2.5e-4
     if "tiny" in presets:
-        c.num_steps = 16
+        c.num_envs, c.num_steps = 4, 16
         c.total_env_steps = 4 * 16 * 4
         c.policies.agent.hidden_sizes = (16, 16)
         c.run.iterations_per_chunk = 2
@@ -31,6 +33,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     if "a2c" in presets:
         drop_ppo_only_keys(c)
         c.algo.gae_lambda = 1.0
-        c.num_steps = 5 if "tiny" not in presets else c.num_steps
+        if "tiny" not in presets:
+            c.num_envs, c.num_steps = 4, 5
         c.policies.agent.lr = 7e-4
     return c
