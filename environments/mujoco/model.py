@@ -97,8 +97,10 @@ class MjxModelConfig:
 _NEWTON_FEW = dict(solver="newton", integrator="euler")
 
 # The "mjx" edits per env (Brax's MJX envs: which geoms touch the floor, the solver and
-# its iterations). Ant: Brax's foot spheres (at the lower legs' tips, radius 0.08,
-# massless), which Gymnasium's model lacks, are added and are its only contacts.
+# its iterations). Line searches: MJX runs every one of ``ls_iterations`` steps under
+# vmap (a scan of conds), so the planar envs cap it at 8 where the XML says 50. Ant:
+# Brax's foot spheres (at the lower legs' tips, radius 0.08, massless), which
+# Gymnasium's model lacks, are added and are its only contacts.
 _ANT_LEGS = ("left", "right", "third", "fourth")
 MJX_PRESETS: dict[str, MjxModelConfig] = {
     "Humanoid": MjxModelConfig(
@@ -119,12 +121,16 @@ MJX_PRESETS: dict[str, MjxModelConfig] = {
     "HalfCheetah": MjxModelConfig(
         **_NEWTON_FEW,
         iterations=4,
+        ls_iterations=8,
         contact_geoms=("head", "bthigh", "bfoot", "fthigh", "ffoot"),
     ),
-    "Hopper": MjxModelConfig(**_NEWTON_FEW, iterations=4, contact_geoms=("foot_geom",)),
+    "Hopper": MjxModelConfig(
+        **_NEWTON_FEW, iterations=4, ls_iterations=8, contact_geoms=("foot_geom",)
+    ),
     "Walker2d": MjxModelConfig(
         **_NEWTON_FEW,
         iterations=4,
+        ls_iterations=8,
         contact_geoms=("torso_geom", "foot_geom", "foot_left_geom"),
     ),
 }
