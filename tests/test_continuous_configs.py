@@ -107,6 +107,7 @@ def test_mamujoco_presets_build(preset):
     c = mamujoco.get_config(preset)
     assert c.env_name == "MaMuJoCo-Ant-4x2" and c.algorithm == "ppo"
     assert c.algo.centralized_critic == ("ippo" not in preset)
+    assert c.policies.agents.agent_ids
     env = StandIn(c.env_name, 54, 2, group="agents", agents=4, state_size=105)
     trainer = algorithms.make_train(c, env)
     assert trainer.num_iterations >= 2

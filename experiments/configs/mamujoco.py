@@ -2,7 +2,9 @@
 MAPPO (the default) or IPPO.
 
 Every agent has the same observation and action sizes, so the env puts them in one
-group ``"agents"`` and one policy serves them (parameter sharing). MAPPO's critic reads
+group ``"agents"`` and one policy serves them (parameter sharing), with each agent's
+one-hot index appended to its observation (``agent_ids``: the four legs' local
+observations alone do not say which leg the policy moves). MAPPO's critic reads
 the env's ``global_state`` (the single-agent Ant observation) with the agent's own
 observation; ``ippo`` turns that off (each agent's critic sees its local observation).
 The PPO settings are those of `experiments.configs.locomotion`'s ``ant`` preset (Brax's
@@ -29,6 +31,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     agent = c.policies.agent
     del c.policies["agent"]
     agent.groups = ["agents"]
+    agent.agent_ids = True
     c.policies.agents = agent
     c.algo.centralized_critic = "ippo" not in presets
     return c
