@@ -354,8 +354,8 @@ class _OrbaxInfoFilter:
         return record.levelno == 30 or record.levelno >= 50
 
 
-def trim_jsonl(path: str | os.PathLike, max_iteration: int) -> int:
-    """Moves the records of the JSONL file ``path`` whose ``iteration`` exceeds
+def trim_jsonl(path: str | os.PathLike, max_iteration: int, key: str = "iteration") -> int:
+    """Moves the records of the JSONL file ``path`` whose ``key`` exceeds
     ``max_iteration`` (or that do not parse) to ``<path>.discarded-<k>`` and rewrites it;
     returns how many moved. For ``eval.jsonl`` when a run resumes from a checkpoint."""
     path = os.fspath(path)
@@ -366,7 +366,7 @@ def trim_jsonl(path: str | os.PathLike, max_iteration: int) -> int:
     keep, drop = [], []
     for line in lines:
         try:
-            ok = int(json.loads(line)["iteration"]) <= max_iteration
+            ok = int(json.loads(line)[key]) <= max_iteration
         except (ValueError, KeyError, TypeError):
             ok = False
         (keep if ok else drop).append(line)
