@@ -130,16 +130,23 @@ def health_margin(env: MujocoEnv, params: Any, qpos: np.ndarray, qvel: np.ndarra
 
 @functools.lru_cache(maxsize=8)
 def one_step(env: MujocoEnv) -> Any:
-    """``jit(vmap(f))`` with ``f(qpos [Q], qvel [V], action [U], params) -> (obs [O],
-    extras, terminated [])``: ``env``'s step from `MujocoEnv.state_from` (one compiled
-    program per env, shared by every caller)."""
+    """``jit`` of ``f`` mapped over a leading state axis, with ``f(qpos [Q], qvel [V],
+    action [U], params) -> (obs [O], extras, terminated [])``: ``env``'s step from
+    `MujocoEnv.state_from` (one compiled program per env, shared by every caller).
+
+    The states are stepped one after another (`lax.map`), not vmapped: batched, the
+    solver's Cholesky factorisations become jaxlib's batched CPU kernel, and two of them
+    side by side can deadlock XLA's CPU thread pool on a machine with few cores."""
 
     def one(qpos, qvel, action, params):
         state = env.state_from(qpos, qvel)
         _, ts = env.step(jax.random.key(0), state, action[None], params)
         return ts.obs[GROUP][0], ts.extras, ts.terminated[GROUP][0]
 
-    return jax.jit(jax.vmap(one, in_axes=(0, 0, 0, None)))
+    def mapped(qpos, qvel, action, params):
+        return jax.lax.map(lambda x: one(*x, params), (qpos, qvel, action))
+
+    return jax.jit(mapped)
 
 
 def compare(
