@@ -156,6 +156,46 @@ def define_compilation_cache_flags() -> None:
     )  # fmt: skip
 
 
+def define_run_folder_flags(workdir_default: str) -> None:
+    """Defines the run-folder flags of `experiments.population` and `experiments.league`:
+    ``--workdir`` (default ``workdir_default``), ``--seed``, ``--resume`` and
+    ``--allow_config_change``, as flags of the main module."""
+    import sys
+
+    from absl import flags
+
+    kw = {"module_name": sys.argv[0]}
+    flags.DEFINE_string("workdir", None, f"run folder (default {workdir_default})", **kw)
+    flags.DEFINE_integer("seed", None, "overrides config.seed", **kw)
+    flags.DEFINE_bool("resume", True, "continue from the workdir's latest checkpoint", **kw)
+    flags.DEFINE_bool("allow_config_change", False, "resume although the config differs", **kw)
+
+
+def check_run_folder(
+    config: Any, workdir: str, resume: bool, allow_change: bool, elastic: tuple[str, ...] = ()
+) -> None:
+    """Refuses (``ValueError``) a ``workdir`` that is a file, one holding checkpoints
+    without ``resume``, and one whose saved config differs from ``config`` (keys starting
+    with one of ``elastic`` aside) without ``allow_change``."""
+    from jaxdrive.checkpoint import Checkpointer
+    from jaxdrive.runfolder import CHECKPOINT_DIR
+
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise ValueError(f"{workdir}: --workdir is a file, not a run folder")
+    ckpts = os.path.join(workdir, CHECKPOINT_DIR)
+    has_ckpt = os.path.isdir(ckpts) and bool(Checkpointer(ckpts).all_steps())
+    if has_ckpt and not resume:
+        raise ValueError(f"{workdir}: holds checkpoints; pass --resume or a fresh --workdir")
+    path = os.path.join(workdir, CONFIG_FILE)
+    if has_ckpt and os.path.exists(path):
+        diffs = [d for d in config_diff(load_config(path), config) if not d.startswith(elastic)]
+        if diffs and not allow_change:
+            raise ValueError(
+                f"--workdir {workdir} holds a run with a different config: {'; '.join(diffs[:10])}"
+                "; use a fresh --workdir, or --allow_config_change to resume with it"
+            )
+
+
 def compilation_cache_from_flags() -> str | None:
     """`setup_compilation_cache` as the flags of `define_compilation_cache_flags` say."""
     from absl import flags

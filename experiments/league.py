@@ -94,23 +94,6 @@ def _build(config: Any) -> tuple[Any, Any, Any]:
     return env, env_params, league
 
 
-def _check_workdir(config: Any, workdir: str, resume: bool, allow_change: bool) -> None:
-    if os.path.exists(workdir) and not os.path.isdir(workdir):
-        raise ValueError(f"{workdir}: --workdir is a file, not a run folder")
-    ckpts = os.path.join(workdir, CHECKPOINT_DIR)
-    has_ckpt = os.path.isdir(ckpts) and bool(Checkpointer(ckpts).all_steps())
-    if has_ckpt and not resume:
-        raise ValueError(f"{workdir}: holds checkpoints; pass --resume or a fresh --workdir")
-    path = os.path.join(workdir, common.CONFIG_FILE)
-    if has_ckpt and os.path.exists(path):
-        diffs = common.config_diff(common.load_config(path), config)
-        if diffs and not allow_change:
-            raise ValueError(
-                f"--workdir {workdir} holds a run with a different config: {'; '.join(diffs[:10])}"
-                "; use a fresh --workdir, or --allow_config_change to resume with it"
-            )
-
-
 def _turn_record(league: Any, side: str, state: Any, metrics: dict, opponent: int) -> dict:
     """The ``league.jsonl`` record of the turn that produced ``state``."""
     m = jax.device_get(metrics)
@@ -145,7 +128,7 @@ def run(
     workdir = workdir or common.default_workdir(config).replace(
         config["env_name"], f"{config['env_name']}-league"
     )
-    _check_workdir(config, workdir, resume, allow_config_change)
+    common.check_run_folder(config, workdir, resume, allow_config_change)
     os.makedirs(workdir, exist_ok=True)
     with RunLock(workdir):
         common.save_config(config, os.path.join(workdir, common.CONFIG_FILE))
@@ -207,10 +190,7 @@ def _define_flags() -> None:
         "config", None, "config file, e.g. experiments/configs/tag_continuous.py:advnorm",
         lock_config=True,
     )  # fmt: skip
-    flags.DEFINE_string("workdir", None, "run folder (default runs/<env_name>-league-<time>)")
-    flags.DEFINE_integer("seed", None, "overrides config.seed")
-    flags.DEFINE_bool("resume", True, "continue from the workdir's latest checkpoint")
-    flags.DEFINE_bool("allow_config_change", False, "resume although the config differs")
+    common.define_run_folder_flags("runs/<env_name>-league-<timestamp>")
     flags.DEFINE_list("league_sides", ["tagger", "runner"], "the two opposed policies")
     flags.DEFINE_integer("league_pool", 8, "snapshots in each side's pool")
     flags.DEFINE_string("league_sampling", "prioritized", "latest, uniform or prioritized")

@@ -97,27 +97,6 @@ def _hash(config: Any) -> str | None:
     return config_hash(d)
 
 
-def _check_workdir(config: Any, workdir: str, resume: bool, allow_change: bool) -> None:
-    if os.path.exists(workdir) and not os.path.isdir(workdir):
-        raise ValueError(f"{workdir}: --workdir is a file, not a run folder")
-    path = os.path.join(workdir, common.CONFIG_FILE)
-    ckpts = os.path.join(workdir, CHECKPOINT_DIR)
-    has_ckpt = os.path.isdir(ckpts) and bool(Checkpointer(ckpts).all_steps())
-    if has_ckpt and not resume:
-        raise ValueError(f"{workdir}: holds checkpoints; pass --resume or a fresh --workdir")
-    if os.path.exists(path) and has_ckpt:
-        diffs = [
-            d
-            for d in common.config_diff(common.load_config(path), config)
-            if not d.startswith(_ELASTIC)
-        ]
-        if diffs and not allow_change:
-            raise ValueError(
-                f"--workdir {workdir} holds a run with a different config: {'; '.join(diffs[:10])}"
-                "; use a fresh --workdir, or --allow_config_change to resume with it"
-            )
-
-
 def _restore(pop: Any, ckpt: Checkpointer, state0: Any, allow_change: bool) -> tuple[Any, int]:
     """The newest checkpoint into ``state0``'s structure and shardings (any device
     count); a checkpoint of another size is resized by the module's rule."""
@@ -269,7 +248,7 @@ def run(
     workdir = workdir or common.default_workdir(config).replace(
         config["env_name"], f"{config['env_name']}-pop"
     )
-    _check_workdir(config, workdir, resume, allow_config_change)
+    common.check_run_folder(config, workdir, resume, allow_config_change, _ELASTIC)
     os.makedirs(workdir, exist_ok=True)
     with RunLock(workdir):
         common.save_config(config, os.path.join(workdir, common.CONFIG_FILE))
@@ -378,10 +357,7 @@ def _define_flags() -> None:
         "config", None, "config file, e.g. experiments/configs/population.py:cartpole",
         lock_config=True,
     )  # fmt: skip
-    flags.DEFINE_string("workdir", None, "run folder (default runs/<env_name>-pop-<timestamp>)")
-    flags.DEFINE_integer("seed", None, "overrides config.seed")
-    flags.DEFINE_bool("resume", True, "continue from the workdir's latest checkpoint")
-    flags.DEFINE_bool("allow_config_change", False, "resume although the config differs")
+    common.define_run_folder_flags("runs/<env_name>-pop-<timestamp>")
     flags.DEFINE_string(
         "num_devices", None, "devices the members are split over (0 or 'all': every device)"
     )

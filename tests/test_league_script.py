@@ -83,8 +83,7 @@ def test_resume_continues_exactly(two_runs):
 
     def strip(text):
         return [
-            {k: v for k, v in json.loads(x).items() if k != "elapsed_s"}
-            for x in text.splitlines()
+            {k: v for k, v in json.loads(x).items() if k != "elapsed_s"} for x in text.splitlines()
         ]
 
     assert strip(_read(wd, "league.jsonl")) == strip(saved["league.jsonl"])
