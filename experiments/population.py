@@ -191,7 +191,7 @@ def evaluate_league(
     env, env_params = jaxdrive.make(c["env_name"], **dict(c.get("env_kwargs") or {}))
     k_held, k_eval = jax.random.split(key)
     out: dict[str, dict[str, Any]] = {}
-    for side, sets in league.held_out(state, k_held).items():
+    for side, sets in jax.jit(league.held_out)(state, k_held).items():
         trainer = league.trainers[side]
         out[side] = {
             name: common.evaluate_policy(

@@ -1,5 +1,6 @@
-"""``python -m experiments.league``: the run folder of a four-turn Tag league, a resume
-from turn 2 that ends where the uninterrupted run ended, and errors."""
+"""``experiments.league``: the run folder of a four-turn league (a toy env of two
+opposed groups, in this process), a resume from turn 2 that ends where the
+uninterrupted run ended, and the command line's errors."""
 
 from __future__ import annotations
 
@@ -11,24 +12,24 @@ import sys
 
 import pytest
 
+import jaxdrive
+from algorithms.common.config import base_config
+from experiments import league as league_script
+from tests.toy_envs import Counter
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG = "--config=experiments/configs/tag_continuous.py:tiny"
-ARGS = [
-    "--config.total_env_steps=128",  # 4 iterations of 4 envs x 8 steps: 4 turns of 1
-    "--config.run.checkpoint_every_chunks=1",
-    "--config.run.keep_checkpoints=10",
-    "--turn_iterations=1",
-    "--league_pool=2",
-    "--eval_episodes=2",
-]
 
 
-def _script(args: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    return subprocess.run(
-        [sys.executable, "-m", "experiments.league", CONFIG, *args],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+def _config():
+    jaxdrive.register("toy-counter-league", Counter, overwrite=True)
+    c = base_config("ppo", "toy-counter-league", policies={"tagger": ["red"], "runner": ["blue"]})
+    c.num_envs, c.num_steps = 2, 8
+    c.total_env_steps = 2 * 8 * 4  # 4 iterations: 4 turns of 1
+    c.algo.num_epochs, c.algo.num_minibatches = 1, 1
+    for p in ("tagger", "runner"):
+        c.policies[p].hidden_sizes = (8,)
+    c.run.update(checkpoint_every_chunks=2, keep_checkpoints=10)  # turns 2 and 4
+    return league_script._with_league(c, ("tagger", "runner"), 2, "prioritized", 1)
 
 
 def _read(wd: str, name: str) -> str:
@@ -41,27 +42,26 @@ def two_runs(tmp_path_factory):
     """A four-turn run, then the same folder cut back to its turn-2 checkpoint and
     resumed."""
     wd = str(tmp_path_factory.mktemp("league") / "run")
-    first = _script([f"--workdir={wd}", *ARGS])
-    assert first.returncode == 0, first.stderr[-3000:]
+    first = league_script.run(_config(), wd, eval_episodes=2)
     saved = {n: _read(wd, n) for n in ("league.jsonl", "held_out.json", "config.json")}
     saved["files"] = sorted(os.listdir(wd))
-    for turn in ("3", "4"):
-        shutil.rmtree(os.path.join(wd, "checkpoints", turn))
-    second = _script([f"--workdir={wd}", *ARGS])
-    assert second.returncode == 0, second.stderr[-3000:]
-    return wd, saved, second
+    shutil.rmtree(os.path.join(wd, "checkpoints", "4"))
+    second = league_script.run(_config(), wd, eval_episodes=2)
+    return wd, saved, first, second
 
 
 def test_run_folder(two_runs):
-    _, saved, _ = two_runs
+    _, saved, first, _ = two_runs
     for name in ("config.json", "league.jsonl", "held_out.json", "summary.json", "checkpoints"):
         assert name in saved["files"], name
+    assert first["turns"] == 4 and first["resumed_from"] is None
     turns = [json.loads(x) for x in saved["league.jsonl"].splitlines()]
     assert [t["turn"] for t in turns] == [1, 2, 3, 4]
     assert [t["side"] for t in turns] == ["tagger", "runner", "tagger", "runner"]
-    assert [t["env_steps"] for t in turns] == [32, 64, 96, 128]
+    assert [t["env_steps"] for t in turns] == [16, 32, 48, 64]
     assert all(t["opponent_entry"] in (0, 1) for t in turns)
-    assert "return/tagger" in turns[0] and "return/runner" in turns[1]
+    assert "return/red" in turns[0] and "return/blue" in turns[1]
+    assert any(t["opponent_score"] is not None for t in turns)
     league = json.loads(saved["config.json"])["league"]
     assert league == {
         "sides": ["tagger", "runner"],
@@ -72,14 +72,14 @@ def test_run_folder(two_runs):
     held = json.loads(saved["held_out.json"])
     for side in ("tagger", "runner"):
         assert set(held[side]) == {"oldest", "random", "latest"}
-        assert set(held[side]["random"]) == {"tagger", "runner"}  # returns of both groups
+        assert set(held[side]["random"]) == {"red", "blue"}  # returns of both groups
 
 
 def test_resume_continues_exactly(two_runs):
     """Turns 3-4 after the resume and the held-out evaluation equal the uninterrupted
     run's (the timing field aside); the first run's turns 3-4 are set aside."""
-    wd, saved, second = two_runs
-    assert "resumed from turn 2" in second.stderr
+    wd, saved, _, second = two_runs
+    assert second["resumed_from"] == 2
 
     def strip(text):
         return [
@@ -89,7 +89,15 @@ def test_resume_continues_exactly(two_runs):
     assert strip(_read(wd, "league.jsonl")) == strip(saved["league.jsonl"])
     assert _read(wd, "held_out.json") == saved["held_out.json"]
     assert len(_read(wd, "league.jsonl.discarded-1").splitlines()) == 2
-    assert json.loads(_read(wd, "summary.json"))["resumed_from"] == 2
+
+
+def _script(args: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    return subprocess.run(
+        [sys.executable, "-m", "experiments.league",
+         "--config=experiments/configs/tag_continuous.py:tiny", *args],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
