@@ -1,22 +1,24 @@
 """MuJoCo MJX benchmark suites: ``--suite=locomotion`` (env-only throughput) and
 ``--suite=mujoco_parity`` (the long Gymnasium v5 comparison).
 
-``locomotion``: env-only steps/s of our Humanoid-v5 and Ant-v5 (the ``"mjx"`` model)
-at each ``--locomotion_envs`` count, random actions drawn inside the scan
-(`experiments.benchmarks.timing.EnvStepTimer`, auto-reset on), as
+``locomotion``: env-only steps/s of our Humanoid-v5 and Ant-v5 (``--locomotion_names``;
+also HalfCheetah, Hopper, Walker2d; the ``"mjx"`` model) at each ``--locomotion_envs``
+count, random actions drawn inside the scan (`experiments.benchmarks.timing.
+EnvStepTimer`, auto-reset on), as
 
 * ``jaxdrive``: v5's semantics (contact forces in the observation and the reward, a
   fresh random start state for every reset);
 * ``jaxdrive_lean``: the work Brax's MJX envs do: ``include_contact_cost=False,
-  include_cfrc_ext_in_observation=False`` (no ``cfrc_ext`` pass) and auto-reset from a
-  pool of as many v5 start states as envs (no kinematics pass per reset);
+  include_cfrc_ext_in_observation=False`` (no ``cfrc_ext`` pass; Humanoid and Ant, the
+  planar envs have neither) and auto-reset from a pool of as many v5 start states as
+  envs (no kinematics pass per reset);
 
 beside
 
 * ``mjx_raw``: a `lax.scan` of ``vmap(mjx.step)`` on the same edited model, ``frame_skip``
   physics steps per env step, uniform random controls drawn in the scan (MJX's own
   loop: no observation, reward or reset);
-* ``brax`` (when ``brax`` is importable): Brax's MJX-backed ``humanoid``/``ant`` with
+* ``brax`` (when ``brax`` is importable): Brax's MJX-backed env of the same name with
   its training wrappers (vmap, episode length 1000, auto-reset), random actions in
   ``[-1, 1]`` drawn in the scan, as the anchor script ``bench_mjx_brax.py`` runs them.
 
@@ -50,10 +52,18 @@ import numpy as np
 
 __all__ = ["run_locomotion_suite", "run_parity_suite"]
 
-_ENVS = ("Humanoid", "Ant")
+_ENVS = ("Humanoid", "Ant")  # the default
+_ALL_ENVS = ("Humanoid", "Ant", "HalfCheetah", "Hopper", "Walker2d")
 _IMPLS = ("jaxdrive", "jaxdrive_lean", "mjx_raw", "brax")
 _LEAN = {"include_contact_cost": False, "include_cfrc_ext_in_observation": False}
-_BRAX = {"Humanoid": "humanoid", "Ant": "ant"}
+_LEAN_ENVS = ("Humanoid", "Ant")  # the envs with contact costs and cfrc_ext to drop
+_BRAX = {
+    "Humanoid": "humanoid",
+    "Ant": "ant",
+    "HalfCheetah": "halfcheetah",
+    "Hopper": "hopper",
+    "Walker2d": "walker2d",
+}
 _PARITY_ENVS = ("Hopper", "HalfCheetah", "Walker2d", "Ant", "Humanoid")
 _MARK = "@@locomotion "  # prefix of the worker's protocol lines on its stdout
 _SKIP_EXIT = 3  # the worker's exit status after a compile ran past its limit
@@ -165,7 +175,8 @@ def _measure(
     steps, repeats = spec["num_steps"], spec["repeats"]
     watchdog.arm([n, impl])
     try:
-        env = getattr(locomotion, name)(**(_LEAN if impl == "jaxdrive_lean" else {}))
+        lean_kw = _LEAN if impl == "jaxdrive_lean" and name in _LEAN_ENVS else {}
+        env = getattr(locomotion, name)(**lean_kw)
         if impl.startswith("jaxdrive"):
             lean = impl == "jaxdrive_lean"
             pool = make_reset_pool(env, jax.random.key(2), n) if lean else None
@@ -280,11 +291,12 @@ def run_locomotion_suite(
     impls: tuple[str, ...] = _IMPLS,
 ) -> list[dict[str, Any]]:
     """The ``locomotion`` suite (module docstring) for ``envs`` (of ``Humanoid``,
-    ``Ant``) and ``impls`` (of ``jaxdrive``, ``jaxdrive_lean``, ``mjx_raw``, ``brax``);
-    prints a row per measurement as it is done and returns the records
-    (``bench="locomotion_env"``, ``impl``, ``compile_s`` each). ``compile_limit_s``:
-    the longest a compile may run before it is skipped (``<= 0``: no limit)."""
-    for what, given, known in (("envs", envs, _ENVS), ("impls", impls, _IMPLS)):
+    ``Ant``, ``HalfCheetah``, ``Hopper``, ``Walker2d``) and ``impls`` (of ``jaxdrive``,
+    ``jaxdrive_lean``, ``mjx_raw``, ``brax``); prints a row per measurement as it is
+    done and returns the records (``bench="locomotion_env"``, ``impl``, ``compile_s``
+    each). ``compile_limit_s``: the longest a compile may run before it is skipped
+    (``<= 0``: no limit)."""
+    for what, given, known in (("envs", envs, _ALL_ENVS), ("impls", impls, _IMPLS)):
         unknown = [e for e in given if e not in known]
         if unknown:
             raise ValueError(f"locomotion {what} must be among {known}, got {unknown}")

@@ -116,7 +116,11 @@ flags.DEFINE_list(
 )
 flags.DEFINE_integer("tag_learning_steps", 100_000_000, "env steps of the Tag learning runs")
 flags.DEFINE_list("locomotion_envs", ["1024", "4096", "16384"], "env counts of --suite=locomotion")
-flags.DEFINE_list("locomotion_names", ["Humanoid", "Ant"], "envs of --suite=locomotion")
+flags.DEFINE_list(
+    "locomotion_names",
+    ["Humanoid", "Ant"],
+    "envs of --suite=locomotion (also HalfCheetah, Hopper, Walker2d)",
+)
 flags.DEFINE_float(
     "locomotion_compile_limit_s", 240.0, "--suite=locomotion: skip a longer compile (0: no limit)"
 )
