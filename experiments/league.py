@@ -40,8 +40,8 @@ import numpy as np
 from absl import app, flags, logging
 
 from experiments import common
-from jaxdrive.checkpoint import Checkpointer, config_hash
-from jaxdrive.runfolder import CHECKPOINT_DIR, plain_config
+from jaxdrive.checkpoint import Checkpointer
+from jaxdrive.runfolder import CHECKPOINT_DIR
 from jaxdrive.runlock import RunLock
 
 __all__ = ["LEAGUE_FILE", "main", "run"]
@@ -61,29 +61,20 @@ def _with_league(config: Any, sides: tuple[str, str], pool: int, sampling: str, 
     return c
 
 
-def _build(config: Any) -> tuple[Any, Any, Any]:
-    """``(env, env_params, league)`` of ``config`` (``ValueError`` for a bad one)."""
+def _build(config: Any) -> Any:
+    """The `League` of ``config`` (``ValueError`` for a bad one: `make_league` checks the
+    sides, pool size and sampling)."""
     import jaxdrive
-    from algorithms.population.league import SAMPLING, make_league
+    from algorithms.population import make_league
 
     common.check_config(config)
     lg = config.league
-    for name, v in (("turn_iterations", lg.turn_iterations), ("pool_size", lg.pool_size)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"config.league.{name} must be an integer >= 1, got {v!r}")
-    if lg.sampling not in SAMPLING:
-        raise ValueError(
-            f"config.league.sampling must be one of {list(SAMPLING)}, got {lg.sampling!r}"
-        )
-    policies = list(config.policies)
-    if len(lg.sides) != 2 or any(s not in policies for s in lg.sides) or lg.sides[0] == lg.sides[1]:
-        raise ValueError(
-            f"config.league.sides must name two policies of config.policies {policies}, "
-            f"got {list(lg.sides)}"
-        )
+    k = lg.turn_iterations
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"config.league.turn_iterations must be an integer >= 1, got {k!r}")
     env, env_params = jaxdrive.make(config.env_name, **dict(config.get("env_kwargs") or {}))
     base = {k: v for k, v in common.config_to_dict(config).items() if k != "league"}
-    league = make_league(
+    return make_league(
         base,
         env,
         env_params,
@@ -91,7 +82,6 @@ def _build(config: Any) -> tuple[Any, Any, Any]:
         pool_size=lg.pool_size,
         sampling=lg.sampling,
     )
-    return env, env_params, league
 
 
 def _turn_record(league: Any, side: str, state: Any, metrics: dict, opponent: int) -> dict:
@@ -124,7 +114,7 @@ def run(
     common.quiet_orbax()
     if "league" not in config:
         raise ValueError("config has no league section (experiments.league sets it from flags)")
-    _, _, league = _build(config)
+    league = _build(config)
     workdir = workdir or common.default_workdir(config).replace(
         config["env_name"], f"{config['env_name']}-league"
     )
@@ -138,7 +128,6 @@ def run(
         turns = max(2, trainer.num_iterations // k)
         rs = common.run_settings(config)
         every = int(rs["checkpoint_every_chunks"])
-        chash = config_hash(json.loads(json.dumps(plain_config(config), default=str)))
         state = jax.jit(league.init)(jax.random.key(int(config.seed)))
         ckpt = Checkpointer(
             os.path.join(workdir, CHECKPOINT_DIR), max_to_keep=int(rs["keep_checkpoints"])
@@ -162,7 +151,7 @@ def run(
             with open(path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
             if (t + 1) % every == 0 or t + 1 == turns:
-                ckpt.save(t + 1, state, {"turn": t + 1, "config_hash": chash})
+                ckpt.save(t + 1, state, {"turn": t + 1})
             logging.info("turn %d/%d (%s): %s", t + 1, turns, side, rec)
         ckpt.close()
         held = evaluate_league(league, state, jax.random.key(int(config.seed) + 1),
