@@ -95,8 +95,9 @@ def test_locomotion_presets_build(preset):
         # Brax's layout: unroll_length * batch_size * num_minibatches / num_envs steps
         b = locomotion.BRAX_PPO[preset]
         assert c.num_steps * c.num_envs == b["unroll"] * b["batch"] * b["mb"]
-    # Brax's action_repeat: Walker2d's PPO preset repeats each action 3 times
-    assert c.env_kwargs.get("action_repeat", 1) == (3 if preset == "walker2d" else 1)
+    assert "action_repeat" not in c.env_kwargs
+    if preset == "walker2d":  # Hopper's layout, gamma 0.997, reward scale 5
+        assert (c.num_steps, c.algo.gamma, c.algo.reward_scale) == (80, 0.997, 5.0)
     if preset == "humanoid":
         assert (c.algo.gamma, c.algo.reward_scale, c.algo.ent_coef) == (0.97, 0.1, 1e-3)
         assert (c.num_steps, c.algo.num_minibatches, c.algo.num_epochs) == (160, 32, 8)

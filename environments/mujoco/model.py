@@ -98,7 +98,7 @@ _NEWTON_FEW = dict(solver="newton", integrator="euler")
 
 # The "mjx" edits per env (Brax's MJX envs: which geoms touch the floor, the solver and
 # its iterations). Line searches: MJX runs every one of ``ls_iterations`` steps under
-# vmap (a scan of conds), so the planar envs cap it at 8 where the XML says 50. Ant:
+# vmap (a scan of conds), so the planar envs cap it at 4 where the XML says 50. Ant:
 # Brax's foot spheres (at the lower legs' tips, radius 0.08, massless), which
 # Gymnasium's model lacks, are added and are its only contacts.
 _ANT_LEGS = ("left", "right", "third", "fourth")
@@ -121,16 +121,16 @@ MJX_PRESETS: dict[str, MjxModelConfig] = {
     "HalfCheetah": MjxModelConfig(
         **_NEWTON_FEW,
         iterations=4,
-        ls_iterations=8,
+        ls_iterations=4,
         contact_geoms=("head", "bthigh", "bfoot", "fthigh", "ffoot"),
     ),
     "Hopper": MjxModelConfig(
-        **_NEWTON_FEW, iterations=4, ls_iterations=8, contact_geoms=("foot_geom",)
+        **_NEWTON_FEW, iterations=4, ls_iterations=4, contact_geoms=("foot_geom",)
     ),
     "Walker2d": MjxModelConfig(
         **_NEWTON_FEW,
         iterations=4,
-        ls_iterations=8,
+        ls_iterations=4,
         contact_geoms=("torso_geom", "foot_geom", "foot_left_geom"),
     ),
 }
