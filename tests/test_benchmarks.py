@@ -142,6 +142,33 @@ def test_final_returns_weight_iterations_by_episodes_done():
     np.testing.assert_allclose(_final_returns(sparse, last=5)["episode_return/agent"], -150.0)
 
 
+def test_learning_run_compiles_init_and_run_apart_and_trains_every_iteration():
+    """`learning_run` gives the returns of init followed by every iteration (the same
+    two programs run by hand), per seed, with compile time inside the wall time."""
+    import jax
+    import numpy as np
+
+    from experiments.benchmarks.training import _build, learning_run, load_config
+
+    config = load_config("cartpole", "tiny")
+    out = learning_run(config, num_seeds=2, last=2)
+    _, _, trainer = _build(config)
+    keys = jax.random.split(jax.random.PRNGKey(int(config.seed)), 2)
+    rs = jax.jit(jax.vmap(trainer.init))(keys)
+    _, metrics = jax.jit(jax.vmap(lambda r: trainer.chunk(r, trainer.num_iterations)))(rs)
+    assert 0 < out["compile_s"] <= out["wall_s_incl_compile"]
+    assert out["total_env_steps"] == trainer.num_iterations * trainer.env_steps_per_iteration
+    assert out["_curves"]["episode_return/agent"].shape == (trainer.num_iterations,)
+    done = np.asarray(metrics["episodes_done"])
+    want = np.asarray(metrics["episode_return/agent"])[:, -2:]
+    weights = done[:, -2:]
+    np.testing.assert_allclose(
+        out["final_returns"]["episode_return/agent"],
+        (want * weights).sum(1) / weights.sum(1),
+        rtol=1e-5,
+    )
+
+
 def test_seed_summary_iqm_and_bootstrap_interval():
     import numpy as np
     from scipy import stats

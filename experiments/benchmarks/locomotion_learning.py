@@ -6,7 +6,8 @@ algorithm of ``--learn_algos`` and each of ``--learn_seeds`` seeds, a training
 run of `experiments.configs.locomotion` (``mamujoco_ant``: `experiments.configs.mamujoco`)
 in compiled chunks, stopped at the run's env steps or ``--learn_budget_s`` seconds.
 After every ``--learn_eval_every`` chunks the policy plays ``--learn_eval_episodes``
-(≥ 32) deterministic episodes (`experiments.common.evaluate_policy`): a curve of mean
+(≥ 32) deterministic episodes (`experiments.common.evaluate_policy`; 3 by default: an
+evaluation's 1000 serial steps take longer than a chunk of training): a curve of mean
 evaluation return against env steps and wall time *including compile and evaluation*,
 and the first wall time at which the return reaches each of ``THRESHOLDS``. When ``brax``
 is importable, Brax's own PPO trainer runs on its MJX humanoid in the same process with
@@ -54,7 +55,7 @@ flags.DEFINE_integer(
     lower_bound=0,
 )
 flags.DEFINE_float("learn_budget_s", 300.0, "wall seconds per run (compile included)")
-flags.DEFINE_integer("learn_eval_every", 1, "chunks between evaluations", lower_bound=1)
+flags.DEFINE_integer("learn_eval_every", 3, "chunks between evaluations", lower_bound=1)
 flags.DEFINE_integer(
     "learn_eval_episodes", 128, "deterministic evaluation episodes", lower_bound=32
 )

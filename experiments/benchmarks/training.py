@@ -25,6 +25,7 @@ import numpy as np
 import algorithms
 import jaxdrive
 from experiments.benchmarks.timing import peak_memory_bytes, profile_call, time_compiled
+from jaxdrive import aot
 
 __all__ = [
     "evaluate_tag_tagging",
@@ -160,13 +161,18 @@ def learning_run(config, num_seeds: int = 1, last: int = 5) -> dict[str, Any]:
     (mean over the last ``last`` iterations) and their `seed_summary`, wall time
     including compile (and the compile time alone), and each group's curve: the mean
     over seeds of the per-iteration mean episode return (``[K]``, NaN where no episode
-    ended)."""
+    ended). The init program and the run (every iteration in one scan) compile side by
+    side (`jaxdrive.aot`), as the experiment scripts compile theirs."""
     env, _, trainer = _build(config)
     keys = jax.random.split(jax.random.PRNGKey(int(config.seed)), num_seeds)
     t0 = time.perf_counter()
-    program = jax.jit(jax.vmap(trainer)).lower(keys).compile()
+    init = aot.compile_async(jax.jit(jax.vmap(trainer.init)), keys)
+    run = aot.compile_async(
+        jax.jit(jax.vmap(lambda rs: trainer.chunk(rs, trainer.num_iterations))), init.out_info
+    )
+    init_program, run_program = init.result()[0], run.result()[0]
     compile_s = time.perf_counter() - t0
-    rs, metrics = jax.block_until_ready(program(keys))
+    rs, metrics = jax.block_until_ready(run_program(init_program(keys)))
     wall = time.perf_counter() - t0
     returns = _final_returns(metrics, last)
     best = {k: np.asarray(v).tolist() for k, v in returns.items()}
