@@ -1,5 +1,7 @@
 """PPO on CartPole-v1 (purejaxrl's settings, with 16 envs × 32 steps instead of 4 × 128:
-the same 512 env steps per iteration in a quarter of the serial rollout steps).
+the same 512 env steps per iteration in a quarter of the serial rollout steps; and a
+learning rate of 5e-4 instead of 2.5e-4: 8 seeds' mean return first reaches 475 after
+264–361 iterations instead of 468–527, and every seed still ends at 500).
 
 Presets (``--config=experiments/configs/cartpole.py:tiny,a2c``): ``tiny`` (a few
 iterations, for tests and quick CPU runs), ``a2c`` (A2C instead of PPO), ``gru`` (a
@@ -22,7 +24,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     c.num_envs, c.num_steps = 16, 32
     c.total_env_steps = 500_000
     c.algo.lr_schedule = "linear"
-    c.policies.agent.lr = 2.5e-4
+    c.policies.agent.lr = 5e-4
     if "tiny" in presets:
         c.num_envs, c.num_steps = 4, 16
         c.total_env_steps = 4 * 16 * 4
