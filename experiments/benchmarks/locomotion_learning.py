@@ -59,6 +59,9 @@ flags.DEFINE_integer("learn_eval_every", 3, "chunks between evaluations", lower_
 flags.DEFINE_integer(
     "learn_eval_episodes", 128, "deterministic evaluation episodes", lower_bound=32
 )
+flags.DEFINE_integer(
+    "learn_num_devices", 1, "devices each run's env batch is sharded over", lower_bound=1
+)
 flags.DEFINE_bool("brax_anchor", True, "also run Brax's PPO on its humanoid when importable")
 flags.DEFINE_integer("brax_timesteps", 30_000_000, "env steps of the Brax PPO run")
 flags.DEFINE_integer("brax_evals", 6, "evaluations of the Brax PPO run")
@@ -108,7 +111,7 @@ def _config(env: str, algorithm: str, seed: int) -> ml_collections.ConfigDict:
         if module != "locomotion":
             raise ValueError(f"{env}: only PPO (MAPPO) runs on the multi-agent env")
         preset = f"{preset},{algorithm}"
-    return load_config(module, preset, seed=seed)
+    return load_config(module, preset, seed=seed, num_devices=FLAGS.learn_num_devices)
 
 
 def _first_crossings(curve: list[dict[str, Any]]) -> dict[str, float | None]:
@@ -292,6 +295,7 @@ def run_locomotion_learning_suite(sink: Any = None) -> list[dict[str, Any]]:
                     eval_episodes=FLAGS.learn_eval_episodes,
                 )
                 rec.update(bench="locomotion_learning", name=env, target=TARGETS[env], **info)
+                rec["train_devices"] = FLAGS.learn_num_devices
                 records.append(rec)
                 if sink is not None:
                     sink.add(rec)
