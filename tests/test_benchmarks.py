@@ -391,3 +391,31 @@ def test_bad_mpe_learning_flags_are_one_located_line(tmp_path, flag, message):
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
     assert proc.stderr.startswith(f"error: {message}")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_learning_curve_evaluates_after_chunks_and_reads_crossings():
+    """`learning_curve` (the locomotion learning suite's loop) trains in chunks,
+    evaluates after every ``eval_every`` chunks and at the end, and reports each point's
+    env steps and wall time with the first crossing of every threshold."""
+    import math
+
+    from experiments.benchmarks.locomotion_learning import (
+        THRESHOLDS,
+        _first_crossings,
+        learning_curve,
+    )
+    from experiments.benchmarks.training import load_config
+
+    config = load_config("pendulum", "tiny")  # 4 iterations of 8 env steps, chunks of 2
+    rec = learning_curve(config, budget_s=600.0, eval_every=1, eval_episodes=2)
+    curve = rec["curve"]
+    assert [p["env_steps"] for p in curve] == [16, 32] and rec["env_steps"] == 32
+    assert curve[0]["wall_s"] <= curve[1]["wall_s"] <= rec["wall_s_total"]
+    assert all(math.isfinite(p["eval_return"]) and p["eval_nonfinite"] == 0 for p in curve)
+    assert rec["final_eval_return"] == curve[-1]["eval_return"]
+    assert rec["best_eval_return"] == max(p["eval_return"] for p in curve)
+    # Pendulum's returns are negative: no threshold is crossed
+    assert rec["first_wall_s_at_return"] == {f"{t:g}": None for t in THRESHOLDS}
+    points = [(1.0, 500.0), (2.0, 3500.0), (3.0, 2000.0), (4.0, 5200.0)]
+    crossings = _first_crossings([{"wall_s": w, "eval_return": r} for w, r in points])
+    assert crossings == {"1000": 2.0, "3000": 2.0, "4000": 4.0, "5000": 4.0, "6000": None}
