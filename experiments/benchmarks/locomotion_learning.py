@@ -127,17 +127,27 @@ def learning_curve(
 ) -> dict[str, Any]:
     """Trains ``config`` (seed ``config.seed``) in chunks of ``config.run.
     iterations_per_chunk`` iterations until its env steps or ``budget_s`` seconds are
-    spent, evaluating every ``eval_every`` chunks; see the module docstring."""
+    spent, evaluating every ``eval_every`` chunks; see the module docstring. The init,
+    chunk and evaluation programs compile side by side (`jaxdrive.aot`) before the
+    first chunk runs, as the experiment scripts compile theirs."""
     import algorithms
     import jaxdrive
-    from experiments.common import evaluate_policy
+    from experiments.common import compile_evaluation, evaluate_policy
+    from jaxdrive import aot
 
     t0 = time.perf_counter()
     env, env_params = jaxdrive.make(config.env_name, **dict(config.env_kwargs))
     trainer = algorithms.make_train(config, env, env_params)
     k = max(1, min(int(config.run.iterations_per_chunk), trainer.num_iterations))
-    chunk = jax.jit(lambda rs: trainer.chunk(rs, k))
-    rs = jax.jit(trainer.init)(jax.random.PRNGKey(int(config.seed)))
+    init = aot.compile_async(jax.jit(trainer.init), jax.random.PRNGKey(int(config.seed)))
+    chunk_job = aot.compile_async(
+        jax.jit(lambda rs: trainer.chunk(rs, k), donate_argnums=0), init.out_info
+    )
+    params_info = jax.eval_shape(trainer.get_params, init.out_info)
+    compile_evaluation(env, env_params, trainer, params_info, episodes=eval_episodes)
+    rs = init.result()[0](jax.random.PRNGKey(int(config.seed)))
+    chunk = chunk_job.result()[0]
+    aot.wait_pending()  # the evaluation's compile ends before the first chunk runs
     eval_key = jax.random.PRNGKey(int(config.seed) + 10_000)
     group = env.groups[0]
     curve: list[dict[str, Any]] = []
