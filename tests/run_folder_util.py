@@ -173,3 +173,12 @@ def array_file(step_dir: str) -> str:
 def last_error_line(stderr: str) -> str:
     """The command's last stderr line (its ``error: ...`` report)."""
     return [ln for ln in stderr.splitlines() if ln.strip()][-1]
+
+
+def assert_refused(out: subprocess.CompletedProcess, wd: str, match: str) -> None:
+    """A script's bad input: exit status 2, one last ``error: …`` line containing
+    ``match``, and no run folder ``wd`` written."""
+    assert out.returncode == 2
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and match in last, out.stderr[-2000:]
+    assert not os.path.exists(wd)  # refused before anything was written

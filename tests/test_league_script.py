@@ -15,6 +15,7 @@ import pytest
 import jaxdrive
 from algorithms.common.config import base_config
 from experiments import league as league_script
+from tests.run_folder_util import assert_refused
 from tests.toy_envs import Counter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -110,8 +111,4 @@ def _script(args: list[str]) -> subprocess.CompletedProcess:
 )
 def test_script_errors(tmp_path, args, match):
     wd = str(tmp_path / "bad")
-    out = _script([f"--workdir={wd}", *args])
-    assert out.returncode == 2
-    last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: ") and match in last, out.stderr[-2000:]
-    assert not os.path.exists(wd)  # refused before anything was written
+    assert_refused(_script([f"--workdir={wd}", *args]), wd, match)

@@ -13,6 +13,8 @@ import sys
 import numpy as np
 import pytest
 
+from tests.run_folder_util import assert_refused
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = "--config=experiments/configs/population.py:cartpole,tiny"
 ARGS = [
@@ -117,8 +119,4 @@ def test_resume_on_one_device_continues_exactly(two_runs):
 )
 def test_script_errors(tmp_path, args, match):
     wd = str(tmp_path / "bad")
-    out = _script([f"--workdir={wd}", *args])
-    assert out.returncode == 2
-    last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: ") and match in last, out.stderr[-2000:]
-    assert not os.path.exists(wd)  # refused before anything was written
+    assert_refused(_script([f"--workdir={wd}", *args]), wd, match)

@@ -37,10 +37,10 @@ from algorithms.common.config import base_config, parse_presets
 ENVS = ("humanoid", "ant", "half_cheetah", "hopper", "walker2d")
 PRESETS = (*ENVS, "sac", "td3", "tiny")
 
-#: Per env: registry name and Brax's PPO settings (unroll_length, batch_size,
+#: Per env: registry name and PPO settings after Brax's notebook (unroll_length, batch_size,
 #: num_minibatches, num_updates_per_batch, discounting, learning_rate, entropy_cost,
 #: reward_scaling) with ``num_envs`` 2048; 50M env steps (Ant: 100M, as it still
-#: improves at 50M).
+#: improves at 50M). Walker2d's are Hopper's layout with its own discount and scale.
 BRAX_PPO: dict[str, dict[str, Any]] = {
     "humanoid": dict(env="Humanoid-v5", unroll=10, batch=1024, mb=32, epochs=8, gamma=0.97,
                      lr=3e-4, ent=1e-3, scale=0.1),
