@@ -38,10 +38,11 @@ def _host(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-def assert_trees_equal(a: Any, b: Any, what: str = "trees") -> None:
+def assert_trees_equal(a: Any, b: Any, what: str = "trees", atol: float = 0.0) -> None:
     """Raises `EnvCheckError` (an ``AssertionError``) unless two pytrees have the same
-    structure and bitwise-equal leaves (NaN equals NaN); the message names ``what`` and
-    the first differing leaf's path."""
+    structure and equal leaves (NaN equals NaN): bitwise, or for floating leaves within
+    ``|x - y| <= atol`` where ``atol > 0``; the message names ``what`` and the first
+    differing leaf's path."""
     sa, sb = jax.tree.structure(a), jax.tree.structure(b)
     _require(sa == sb, what, f"structures differ: {sa} vs {sb}")
     leaves_a = jax.tree_util.tree_flatten_with_path(a)[0]
@@ -54,8 +55,9 @@ def assert_trees_equal(a: Any, b: Any, what: str = "trees") -> None:
             f"{x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}",
         )
         nan_ok = x.dtype.kind in "fc"
-        if not np.array_equal(x, y, equal_nan=nan_ok):
-            differ = ~((x == y) | (np.isnan(x) & np.isnan(y)) if nan_ok else (x == y))
+        close = (np.abs(x - y) <= atol) if nan_ok and atol > 0 else (x == y)
+        if not np.all(close | (np.isnan(x) & np.isnan(y)) if nan_ok else close):
+            differ = ~(close | (np.isnan(x) & np.isnan(y)) if nan_ok else close)
             first = tuple(int(i) for i in np.argwhere(differ)[0]) if x.ndim else ()
             raise EnvCheckError(
                 f"{leaf}: {int(np.sum(differ))} of {x.size} values differ, first at index "
@@ -167,6 +169,7 @@ def check_env(
     num_envs: int = 3,
     num_steps: int | None = None,
     seed: int = 0,
+    observations_atol: float = 0.0,
 ) -> dict[str, Any]:
     """Runs the jaxdrive conformance check on ``env``; raises `EnvCheckError` (an
     ``AssertionError``) on failure, its message naming the check and the offending
@@ -180,7 +183,9 @@ def check_env(
     keeps its structure; a jitted step traces once across many calls; same key gives
     the same result; ``done`` comes by ``episode_length`` steps, and an early ``done``
     has a terminated agent; `Env.observations` (when implemented) equals ``ts.obs``;
-    wrong action shapes and dtypes raise ``ValueError``.
+    wrong action shapes and dtypes raise ``ValueError``. ``observations_atol`` lets
+    `Env.observations` differ from ``ts.obs`` by that much (physics envs: the two are
+    separately compiled programs, which may round differently; 0 asks for bitwise).
     Returns a small report (steps run, episodes ended).
     """
     params = env.default_params if params is None else params
@@ -190,7 +195,7 @@ def check_env(
     who = f"check_env({env.name})"
     key = jax.random.key(seed)
     k_reset, k_run, k_det = jax.random.split(key, 3)
-    state, state1, step = _check_jit(env, params, seed, k_reset, who)
+    state, state1, step = _check_jit(env, params, seed, k_reset, who, observations_atol)
     _check_determinism(env, params, step, k_det, who)
     episodes = _check_episode(env, params, num_steps, k_run, who)
 
@@ -220,7 +225,9 @@ def check_env(
     return {"steps": num_steps, "episodes": episodes}
 
 
-def _check_jit(env: Env, params: Any, seed: int, k_reset: jax.Array, who: str) -> Any:
+def _check_jit(
+    env: Env, params: Any, seed: int, k_reset: jax.Array, who: str, atol: float = 0.0
+) -> Any:
     """Reset and step under jit: timesteps match the spaces and each other, the state
     keeps its structure, the jitted step traces once over four calls,
     `Env.observations` equals ``ts.obs``. Returns ``(state, stepped state, step)``."""
@@ -255,10 +262,10 @@ def _check_jit(env: Env, params: Any, seed: int, k_reset: jax.Array, who: str) -
     if env.has_observations:
         observe = jax.jit(env.observations)
         assert_trees_equal(
-            observe(state, params), ts0.obs, f"{who}: observations(state) after reset"
+            observe(state, params), ts0.obs, f"{who}: observations(state) after reset", atol
         )
         assert_trees_equal(
-            observe(state1, params), ts1.obs, f"{who}: observations(state) after step"
+            observe(state1, params), ts1.obs, f"{who}: observations(state) after step", atol
         )
     return state, state1, step
 

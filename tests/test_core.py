@@ -128,6 +128,18 @@ def test_conformance_toy(env):
     assert report["episodes"] >= 1
 
 
+def test_assert_trees_equal_bitwise_or_within_atol():
+    """Bitwise by default (NaN equals NaN); ``atol`` admits float differences up to it."""
+    a = {"x": np.array([1.0, np.nan], np.float32), "n": np.array([3], np.int32)}
+    b = {"x": np.array([1.0 + 1e-6, np.nan], np.float32), "n": np.array([3], np.int32)}
+    jaxdrive.testing.assert_trees_equal(a, a, "same")
+    with pytest.raises(AssertionError, match=r"ulp: leaf \['x'\]: 1 of 2 values differ"):
+        jaxdrive.testing.assert_trees_equal(a, b, "ulp")
+    jaxdrive.testing.assert_trees_equal(a, b, "ulp", atol=1e-5)
+    with pytest.raises(AssertionError, match="leaf \\['n'\\]"):
+        jaxdrive.testing.assert_trees_equal(a, {**b, "n": np.array([4], np.int32)}, "n", 1.0)
+
+
 def test_action_errors(env):
     state, _ = env.reset(jax.random.key(0))
     good = env.sample_actions(jax.random.key(1))

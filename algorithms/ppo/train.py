@@ -28,7 +28,7 @@ ALGO_DEFAULTS: dict[str, Any] = {
     "ent_schedule": "constant",  # "constant" | "linear" (to ent_coef_final)
     "ent_coef_final": 0.0,
     "lr_schedule": "constant",  # "constant" | "linear" (to 0 over the run)
-    "max_grad_norm": 0.5,  # optax.clip_by_global_norm
+    "max_grad_norm": 0.5,  # optax.clip_by_global_norm; 0 or None: no clipping
     "adam_eps": 1e-5,
     "normalize_advantages": True,  # per minibatch, over active agents
     "normalize_obs": False,  # running mean/std per policy

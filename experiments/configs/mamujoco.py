@@ -8,7 +8,9 @@ observations alone do not say which leg the policy moves). MAPPO's critic reads
 the env's ``global_state`` (the single-agent Ant observation) with the agent's own
 observation; ``ippo`` turns that off (each agent's critic sees its local observation).
 The PPO settings are those of `experiments.configs.locomotion`'s ``ant`` preset (Brax's
-Ant), which trains the same robot. Presets: ``ippo``, ``tiny``.
+Ant), which trains the same robot, with two changes measured on this env: no gradient
+clipping, and 300M env steps instead of 100M (it passed 5,000 after 93M and 106M).
+Presets: ``ippo``, ``tiny``.
 
     python -m experiments.train --config=experiments/configs/mamujoco.py
 """
@@ -34,4 +36,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     agent.agent_ids = True
     c.policies.agents = agent
     c.algo.centralized_critic = "ippo" not in presets
+    c.algo.max_grad_norm = 0.0  # no clipping: it reached 5,000 where clipping stalled below
+    if "tiny" not in presets:
+        c.total_env_steps = 300_000_000
     return c

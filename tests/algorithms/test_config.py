@@ -21,7 +21,7 @@ from experiments.configs import cartpole, pendulum
         ("algo", "num_minibatches", 2.0, r"config.algo.num_minibatches must be a positive int"),
         ("algo", "vf_coef", -0.5, r"config.algo.vf_coef must be >= 0"),
         ("algo", "ent_coef", float("inf"), r"config.algo.ent_coef must be >= 0, got inf"),
-        ("algo", "max_grad_norm", 0.0, r"config.algo.max_grad_norm must be > 0"),
+        ("algo", "max_grad_norm", -1.0, r"config.algo.max_grad_norm must be >= 0"),
         ("algo", "adam_eps", -1e-5, r"config.algo.adam_eps must be > 0"),
         ("algo", "normalize_obs", "yes", r"config.algo.normalize_obs must be True or False"),
         ("algo", "lr_schedule", "cosine", r"config.algo.lr_schedule must be one of"),

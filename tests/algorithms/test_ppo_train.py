@@ -384,3 +384,26 @@ def test_config_presets():
     adv = tag_continuous.get_config("advnorm")
     assert adv.algo.normalize_advantages and adv.algo.ent_coef == 0.01
     assert not c.algo.normalize_advantages and c.algo.ent_coef == 0.05  # WarpDrive's
+
+
+def test_on_policy_max_grad_norm_zero_is_no_clipping():
+    """``max_grad_norm`` is a traced hyper-parameter: 0 (also the config's ``None``)
+    leaves gradients unclipped, as a norm no gradient reaches does; 0.01 clips."""
+    c = cartpole.get_config("tiny")
+    c.algo.max_grad_norm = None
+    env, params = jaxdrive.make(c.env_name)
+    trainer = algorithms.make_train(c, env, params)
+    rs0 = jax.jit(trainer.init)(jax.random.PRNGKey(0))
+    update = jax.jit(trainer.update)
+
+    def trained(max_norm: float) -> list:
+        pol = rs0.policies["agent"]
+        hp = {**pol.hparams, "max_grad_norm": jnp.float32(max_norm)}
+        rs = rs0.replace(policies={"agent": pol.replace(hparams=hp)})
+        return jax.tree.leaves(trainer.get_params(update(rs)[0]))
+
+    off, huge, tight = trained(0.0), trained(1e30), trained(0.01)
+    assert float(rs0.policies["agent"].hparams["max_grad_norm"]) == 0.0
+    for a, b in zip(off, huge, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert any(not np.array_equal(a, b) for a, b in zip(off, tight, strict=True))
