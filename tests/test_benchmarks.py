@@ -414,6 +414,10 @@ def test_learning_curve_evaluates_after_chunks_and_reads_crossings():
     assert all(math.isfinite(p["eval_return"]) and p["eval_nonfinite"] == 0 for p in curve)
     assert rec["final_eval_return"] == curve[-1]["eval_return"]
     assert rec["best_eval_return"] == max(p["eval_return"] for p in curve)
+    st = rec["startup"]
+    assert st["init"]["name"] and st["chunk"]["compile_seconds"] > 0
+    assert 0 < st["programs_ready_s"] <= st["first_chunk_end_s"] <= curve[0]["wall_s"]
+    assert all(0 <= p["eval_s"] <= p["wall_s"] for p in curve)
     # Pendulum's returns are negative: no threshold is crossed
     assert rec["first_wall_s_at_return"] == {f"{t:g}": None for t in THRESHOLDS}
     points = [(1.0, 500.0), (2.0, 3500.0), (3.0, 2000.0), (4.0, 5200.0)]

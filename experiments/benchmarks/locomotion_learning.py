@@ -15,12 +15,15 @@ the anchor's settings (Brax's training notebook: 2048 envs, unroll 10, batch 102
 minibatches, 8 updates per batch, γ 0.97, reward scaling 0.1), its curve read from
 its progress callback (Brax's evaluation: 128 envs, stochastic actions, its defaults).
 
-One JSON record per run (``bench="locomotion_learning"``) and one for Brax's
-(``bench="brax_ppo"``).
+One JSON record per run (``bench="locomotion_learning"``; its ``startup`` gives the
+init and chunk programs, when every program was ready and
+when the first chunk ended, and each curve point its evaluation's seconds) and one for
+Brax's (``bench="brax_ppo"``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -145,9 +148,15 @@ def learning_curve(
     )
     params_info = jax.eval_shape(trainer.get_params, init.out_info)
     compile_evaluation(env, env_params, trainer, params_info, episodes=eval_episodes)
-    rs = init.result()[0](jax.random.PRNGKey(int(config.seed)))
-    chunk = chunk_job.result()[0]
+    init_exe, init_info = init.result()
+    rs = init_exe(jax.random.PRNGKey(int(config.seed)))
+    chunk, chunk_info = chunk_job.result()
     aot.wait_pending()  # the evaluation's compile ends before the first chunk runs
+    startup = {
+        "init": dataclasses.asdict(init_info),
+        "chunk": dataclasses.asdict(chunk_info),
+        "programs_ready_s": round(time.perf_counter() - t0, 2),
+    }
     eval_key = jax.random.PRNGKey(int(config.seed) + 10_000)
     group = env.groups[0]
     curve: list[dict[str, Any]] = []
@@ -157,12 +166,15 @@ def learning_curve(
         done_iters, chunks = done_iters + k, chunks + 1
         last = jax.device_get(metrics[f"episode_return/{group}"][-1])
         train_return = float(last)
+        startup.setdefault("first_chunk_end_s", round(time.perf_counter() - t0, 2))
         ending = done_iters + k > trainer.num_iterations or time.perf_counter() - t0 >= budget_s
         if chunks % eval_every and not ending:
             continue
+        t_eval = time.perf_counter()
         ev = evaluate_policy(
             env, env_params, trainer, trainer.get_params(rs), eval_key, episodes=eval_episodes
         )
+        t_eval = time.perf_counter() - t_eval
         curve.append(
             {
                 "env_steps": done_iters * trainer.env_steps_per_iteration,
@@ -171,6 +183,7 @@ def learning_curve(
                 "eval_return_std": ev["returns"][group]["std"],
                 "eval_nonfinite": ev["nonfinite"],
                 "train_return": train_return,
+                "eval_s": round(t_eval, 2),
             }
         )
         print(f"  {config.env_name} {config.algorithm} seed {config.seed}: {curve[-1]}", flush=True)
@@ -186,6 +199,7 @@ def learning_curve(
         "final_eval_return": curve[-1]["eval_return"] if curve else float("nan"),
         "best_eval_return": best,
         "first_wall_s_at_return": _first_crossings(curve),
+        "startup": startup,
         "curve": curve,
     }
 
