@@ -8,10 +8,13 @@ deterministic evaluation episodes after every 50 iterations, a selection round e
 150 iterations: about 10,000 env steps, so that members have learnt before they are
 compared),
 ``tag`` (Tag continuous with PPO, 4 members, each policy's learning rate and entropy
-coefficient varied). Modifiers: ``tiny`` (a few iterations of a small population, for
-tests and quick CPU runs), ``tournament`` (tournament selection from the leaderboard
-instead of PBT), ``fixed`` (no selection: a fixed-hyper-parameter population, the
-baseline PBT is compared with).
+coefficient varied), ``smax`` (`experiments.configs.smax`'s recurrent MAPPO, 3
+independent members with the same settings: three seeds in one program, in a run folder
+that checkpoints and resumes, for runs longer than one sitting).
+Modifiers: ``tiny`` (a few iterations of a small population, for tests and quick CPU
+runs), ``tournament`` (tournament selection from the leaderboard instead of PBT),
+``fixed`` (no selection: a fixed-hyper-parameter population, the baseline PBT is
+compared with); for ``smax``, its presets ``27m_vs_30m``, ``2s3z`` and ``mava``.
 """
 
 from __future__ import annotations
@@ -21,8 +24,19 @@ import ml_collections
 from algorithms.common.config import parse_presets
 from algorithms.population import POPULATION_DEFAULTS
 
-TASKS = ("cartpole", "pendulum", "tag")
-PRESETS = (*TASKS, "tiny", "tournament", "fixed")
+TASKS = ("cartpole", "pendulum", "tag", "smax")
+_SMAX_PRESETS = ("27m_vs_30m", "2s3z", "mava")
+PRESETS = (*TASKS, "tiny", "tournament", "fixed", *_SMAX_PRESETS)
+
+
+def _smax(presets: list[str]) -> ml_collections.ConfigDict:
+    from experiments.configs import smax
+
+    c = smax.get_config(",".join(p for p in presets if p in (*_SMAX_PRESETS, "tiny")))
+    c.population = ml_collections.ConfigDict(
+        {**POPULATION_DEFAULTS, "size": 3, "hparams": {}, "mode": "none"}
+    )
+    return c
 
 
 def _task(name: str, tiny: bool) -> ml_collections.ConfigDict:
@@ -72,7 +86,11 @@ def get_config(preset: str = "cartpole") -> ml_collections.ConfigDict:
             f"name exactly one task of {list(TASKS)} in the preset, got {preset!r} "
             "(e.g. --config=experiments/configs/population.py:cartpole,tiny)"
         )
-    c = _task(tasks[0], "tiny" in presets)
+    if tasks[0] != "smax" and any(p in _SMAX_PRESETS for p in presets):
+        raise ValueError(
+            f"presets {list(_SMAX_PRESETS)} apply to the smax task only, got {preset!r}"
+        )
+    c = _smax(presets) if tasks[0] == "smax" else _task(tasks[0], "tiny" in presets)
     if "tournament" in presets:
         c.population.mode = "tournament"
     if "fixed" in presets:

@@ -269,3 +269,18 @@ def test_config_to_dict_is_plain_json():
     assert json.loads(json.dumps(d)) == d
     assert cfg.config_to_dict(None) is None
     assert cfg.config_to_dict({"a": (1, 2), "b": object}) == {"a": [1, 2], "b": str(object)}
+
+
+def test_smax_population_is_three_independent_seeds():
+    """``population.py:smax,…``: the SMAX config's settings as three members with no
+    selection and no varied hyper-parameters (seeds in one program, with a run folder);
+    the map and ``mava`` presets pass through, and only to the smax task."""
+    from experiments.configs import population, smax
+
+    c = population.get_config("smax,27m_vs_30m,mava")
+    want = smax.get_config("27m_vs_30m,mava")
+    assert c.env_name == want.env_name == "jaxmarl:smax:27m_vs_30m"
+    assert c.policies.to_dict() == want.policies.to_dict()
+    assert (c.population.size, c.population.mode, dict(c.population.hparams)) == (3, "none", {})
+    with pytest.raises(ValueError, match="apply to the smax task only"):
+        population.get_config("cartpole,mava")
