@@ -85,6 +85,7 @@ class LoopPrograms:
 
         self._chunk = jax.jit(chunk, donate_argnums=0)
         self._init_exe: Any = None
+        self.init_info: CompileInfo | None = None  # how the init program was built
         self._chunk_exe: Any = None
         self._init_job: Compiling | None = None
         self._shapes: Any = None  # the init's output shapes
@@ -123,7 +124,7 @@ class LoopPrograms:
 
     def _init_executable(self) -> Any:
         if self._init_exe is None:
-            self._init_exe, _ = self._init_job.result()
+            self._init_exe, self.init_info = self._init_job.result()
         return self._init_exe
 
     def init(self, key: jax.Array) -> Any:

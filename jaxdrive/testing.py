@@ -55,9 +55,11 @@ def assert_trees_equal(a: Any, b: Any, what: str = "trees", atol: float = 0.0) -
             f"{x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}",
         )
         nan_ok = x.dtype.kind in "fc"
-        close = (np.abs(x - y) <= atol) if nan_ok and atol > 0 else (x == y)
-        if not np.all(close | (np.isnan(x) & np.isnan(y)) if nan_ok else close):
-            differ = ~(close | (np.isnan(x) & np.isnan(y)) if nan_ok else close)
+        same = (np.abs(x - y) <= atol) if nan_ok and atol > 0 else (x == y)
+        if nan_ok:
+            same = same | (np.isnan(x) & np.isnan(y))
+        if not np.all(same):
+            differ = ~same
             first = tuple(int(i) for i in np.argwhere(differ)[0]) if x.ndim else ()
             raise EnvCheckError(
                 f"{leaf}: {int(np.sum(differ))} of {x.size} values differ, first at index "

@@ -179,6 +179,6 @@ def assert_refused(out: subprocess.CompletedProcess, wd: str, match: str) -> Non
     """A script's bad input: exit status 2, one last ``error: …`` line containing
     ``match``, and no run folder ``wd`` written."""
     assert out.returncode == 2
-    last = out.stderr.strip().splitlines()[-1]
+    last = last_error_line(out.stderr)
     assert last.startswith("error: ") and match in last, out.stderr[-2000:]
     assert not os.path.exists(wd)  # refused before anything was written

@@ -30,6 +30,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 from absl import flags
 
 __all__ = [
@@ -130,39 +131,39 @@ def learning_curve(
 ) -> dict[str, Any]:
     """Trains ``config`` (seed ``config.seed``) in chunks of ``config.run.
     iterations_per_chunk`` iterations until its env steps or ``budget_s`` seconds are
-    spent, evaluating every ``eval_every`` chunks; see the module docstring. The init,
-    chunk and evaluation programs compile side by side (`jaxdrive.aot`) before the
-    first chunk runs, as the experiment scripts compile theirs."""
+    spent, evaluating every ``eval_every`` chunks; see the module docstring. The init
+    and chunk programs are the training loop's (`jaxdrive.loop_programs`); they and the
+    evaluation program compile side by side before the first chunk runs."""
     import algorithms
     import jaxdrive
     from experiments.common import compile_evaluation, evaluate_policy
     from jaxdrive import aot
+    from jaxdrive.loop_programs import programs_for
 
     t0 = time.perf_counter()
     env, env_params = jaxdrive.make(config.env_name, **dict(config.env_kwargs))
     trainer = algorithms.make_train(config, env, env_params)
     k = max(1, min(int(config.run.iterations_per_chunk), trainer.num_iterations))
-    init = aot.compile_async(jax.jit(trainer.init), jax.random.PRNGKey(int(config.seed)))
-    chunk_job = aot.compile_async(
-        jax.jit(lambda rs: trainer.chunk(rs, k), donate_argnums=0), init.out_info
-    )
-    params_info = jax.eval_shape(trainer.get_params, init.out_info)
+    programs = programs_for(trainer, k)  # the training loop's init and chunk programs
+    key = jax.random.PRNGKey(int(config.seed))
+    state_info = programs.start(key)
+    params_info = jax.eval_shape(trainer.get_params, state_info)
     compile_evaluation(env, env_params, trainer, params_info, episodes=eval_episodes)
-    init_exe, init_info = init.result()
-    rs = init_exe(jax.random.PRNGKey(int(config.seed)))
-    chunk, chunk_info = chunk_job.result()
+    rs = programs.init(key)
+    chunk, chunk_info = programs.chunk(rs)
     aot.wait_pending()  # the evaluation's compile ends before the first chunk runs
     startup = {
-        "init": dataclasses.asdict(init_info),
+        "init": dataclasses.asdict(programs.init_info),
         "chunk": dataclasses.asdict(chunk_info),
         "programs_ready_s": round(time.perf_counter() - t0, 2),
     }
+    n = np.int32(k)
     eval_key = jax.random.PRNGKey(int(config.seed) + 10_000)
     group = env.groups[0]
     curve: list[dict[str, Any]] = []
     done_iters, chunks, train_return = 0, 0, float("nan")
     while done_iters + k <= trainer.num_iterations and time.perf_counter() - t0 < budget_s:
-        rs, metrics = chunk(rs)
+        rs, metrics, _ = chunk(rs, n)
         done_iters, chunks = done_iters + k, chunks + 1
         last = jax.device_get(metrics[f"episode_return/{group}"][-1])
         train_return = float(last)
