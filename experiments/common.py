@@ -58,6 +58,7 @@ __all__ = [
     "exit_on_error",
     "find_renderer",
     "has_renderer",
+    "known_problem",
     "load_config",
     "parse_flags",
     "quiet_orbax",
@@ -348,7 +349,31 @@ def build(config: Any) -> tuple[Any, Any, Any]:
     kwargs = config_to_dict(config["env_kwargs"]) if "env_kwargs" in config else {}
     env, env_params = jaxdrive.make(config["env_name"], **(kwargs or {}))
     trainer = algorithms.make_train(config, env, env_params)
+    from jaxdrive.distributed import resolve_num_devices
+
+    problem = known_problem(
+        env, resolve_num_devices(config.get("num_devices", 1)), jax.default_backend()
+    )
+    if problem:
+        logging.warning(problem)
     return env, env_params, trainer
+
+
+def known_problem(env: Any, num_devices: int, backend: str) -> str | None:
+    """A warning for a set-up known to crash outside jaxdrive (``None`` if none): MuJoCo
+    envs sharded over several GPUs, whose PPO program XLA's GPU compiler (jax 0.11.2)
+    dies compiling, without a Python error."""
+    if (
+        num_devices > 1
+        and backend == "gpu"
+        and type(env).__module__.startswith("environments.mujoco")
+    ):
+        return (
+            f"{type(env).__name__} on {num_devices} GPUs: XLA's GPU compiler is known to "
+            "crash (segmentation fault) compiling this sharded program with jax 0.11.2; "
+            "see docs/continuous_control.md. One GPU (num_devices=1) is not affected."
+        )
+    return None
 
 
 def describe_devices() -> str:

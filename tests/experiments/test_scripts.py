@@ -153,6 +153,19 @@ def test_evaluate_policy_masks_replayed_episodes_and_counts_nonfinite_returns():
     assert res["nonfinite"] == 3 * len(env.groups)
 
 
+def test_known_problem_warns_for_sharded_mujoco_on_gpus_only():
+    """The XLA crash warning names MuJoCo envs on several GPUs, nothing else."""
+    import jaxdrive
+
+    pytest.importorskip("mujoco")
+    hopper, _ = jaxdrive.make("Hopper-v5")
+    assert "Hopper on 2 GPUs" in common.known_problem(hopper, 2, "gpu")
+    assert common.known_problem(hopper, 1, "gpu") is None
+    assert common.known_problem(hopper, 2, "cpu") is None
+    cartpole, _ = jaxdrive.make("CartPole-v1")
+    assert common.known_problem(cartpole, 2, "gpu") is None
+
+
 def test_evaluate_policy_counts_rewards_until_done():
     """CartPole pays 1 per step: an episode's return equals its length; steps after
     the end are masked out, and a step cap leaves episodes unfinished."""
