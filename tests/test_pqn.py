@@ -4,11 +4,13 @@ minibatch counts that do not divide the rollout."""
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import algorithms
 from algorithms.pqn import default_config, make_train
+from algorithms.pqn.train import ALGO_DEFAULTS
 
 # the seeded run learns under XLA's default compile (and runs 60k steps: optimised code
 # pays for its compile)
@@ -45,6 +47,14 @@ def test_pqn_is_deterministic_and_compiles_once(pqn_cartpole):
     for k in m:
         np.testing.assert_array_equal(m[k], np.asarray(again[k]), err_msg=k)
     assert train._cache_size() == 1
+
+
+def test_pqn_epsilon_past_two_to_the_31_env_steps(pqn_cartpole):
+    """ε stays at its end value past 2^31 env steps (an int32 count would wrap)."""
+    trainer, _, _, rs = pqn_cartpole
+    far = rs.replace(iteration=jnp.asarray(2**31 // (16 * 32) + 10, jnp.int32))
+    _, m = jax.jit(trainer.update)(far)
+    assert float(m["epsilon"]) == pytest.approx(ALGO_DEFAULTS["eps_finish"])
 
 
 def test_pqn_greedy_act_and_bad_minibatches(pqn_cartpole):

@@ -96,6 +96,16 @@ def test_same_seed_same_numbers_and_no_retrace(vdn_masked):
     assert train._cache_size() == 1  # three calls, one trace
 
 
+def test_past_two_to_the_31_env_steps_epsilon_stays_low_and_learning_goes_on(vdn_masked):
+    """Env steps are counted in float32: an int32 count wraps negative past 2^31 (ε back
+    at its start, learning stopped)."""
+    trainer, _, _, rs = vdn_masked
+    far = rs.replace(iteration=jnp.asarray(2**31 // (8 * 4) + 10, jnp.int32))
+    _, m = jax.jit(trainer.update)(far)
+    assert float(m["epsilon"]) == pytest.approx(0.05)
+    assert float(m["loss/agent"]) > 0.0
+
+
 def test_recurrent_act_carries_the_gru_state_and_last_actions(vdn_masked):
     trainer, _, _, rs = vdn_masked
     env = MaskedChoice(agents=2, num_choices=4, length=4)

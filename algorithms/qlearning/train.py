@@ -423,7 +423,7 @@ def make_train(config: Any, env: Any = None, env_params: Any = None) -> Trainer:
     def update(rs: RunnerState) -> tuple[RunnerState, dict[str, jax.Array]]:
         key = jax.random.wrap_key_data(rs.key)
         key, k_roll, k_learn = jax.random.split(key, 3)
-        env_steps = rs.iteration * (N * T)
+        env_steps = rs.iteration.astype(jnp.float32) * float(N * T)  # int32 overflows at 2^31
         (env_state, ts, h, prev, first), (traj, ep) = rollout(rs, k_roll, env_steps)
         policies, buffers, stats = dict(rs.policies), {}, {}
         lkeys = jax.random.split(k_learn, max(len(learners), 1))
