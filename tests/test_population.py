@@ -237,6 +237,25 @@ def test_population_config_errors(population, match):
         algorithms.make_population_train(tiny_config(**population))
 
 
+def test_win_rate_score_only_where_the_trainer_reports_it():
+    """``score="win_rate"`` is accepted where the trainer's metrics have it and members are
+    scored by training episodes; the metric names are asked for only then."""
+    from algorithms.population.config import resolve_population
+
+    def never() -> tuple[str, ...]:
+        raise AssertionError("metric names asked for an episode-return score")
+
+    assert resolve_population({}, {}, ["ally"], never).score == "episode_return/ally"
+    spec = resolve_population({"score": "win_rate"}, {}, ["ally"], lambda: ("win_rate",))
+    assert spec.score == "win_rate"
+    with pytest.raises(ValueError, match=r"score must be one of \['episode_return/ally'\]"):
+        resolve_population({"score": "win_rate"}, {}, ["ally"], lambda: ("episodes_done",))
+    with pytest.raises(ValueError, match="score must be one of"):
+        resolve_population(
+            {"score": "win_rate", "eval_episodes": 4}, {}, ["ally"], lambda: ("win_rate",)
+        )
+
+
 def test_from_unit_ranges():
     slots = (Slot("a", "x", HparamRange(1e-3, 1e-1, "log")), Slot("a", "y", HparamRange(-1.0, 1.0)))
     out = np.asarray(from_unit(jnp.asarray([[0.0, 0.0], [0.5, 0.5], [0.999999, 1.0]]), slots))

@@ -7,7 +7,8 @@ value of that hyper-parameter is drawn from the range at the start; ``"lr"`` var
 every trained policy, ``"runner/lr"`` in one; see `algorithms.population.hparams`),
 ``mode`` (``"pbt"``: the worst members copy the best ones; ``"tournament"``: the worst
 restart from leaderboard snapshots picked by rank; ``"none"``: independent members),
-``score`` (the metric members are ranked by; ``""``: ``episode_return/<first group>``),
+``score`` (the metric members are ranked by; ``""``: ``episode_return/<first group>``;
+``"win_rate"`` where the trainer reports it and ``eval_episodes`` is 0),
 ``eval_episodes`` (0: scores are the running episode returns of training; ``E > 0``:
 the mean return of ``E`` deterministic evaluation episodes per member),
 ``num_devices`` (devices the member axis is split over; ``P`` divisible by it),
@@ -20,7 +21,7 @@ only ``"pbt"`` and ``"none"`` allow).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from algorithms.common.config import as_dict, merge_defaults
@@ -72,11 +73,15 @@ def _factors(v: Any, where: str) -> tuple[float, ...]:
 
 
 def resolve_population(
-    section: Any, hparam_names: Mapping[str, Sequence[str]], groups: Sequence[str]
+    section: Any,
+    hparam_names: Mapping[str, Sequence[str]],
+    groups: Sequence[str],
+    metric_names: Callable[[], Sequence[str]] = tuple,
 ) -> PopulationSpec:
     """Checks ``section`` (``config.population``; ``None`` for the defaults) given the
-    varied hyper-parameters of every trained policy and the env's groups; ``ValueError``
-    naming the key."""
+    varied hyper-parameters of every trained policy, the env's groups and (called only
+    for a score other than an episode return) the names of the trainer's metrics;
+    ``ValueError`` naming the key."""
     where = "config.population"
     d = merge_defaults(section, POPULATION_DEFAULTS, where)
     pbt = merge_defaults(d["pbt"], POPULATION_DEFAULTS["pbt"], f"{where}.pbt")
@@ -96,7 +101,10 @@ def resolve_population(
     if mode == "tournament" and k < 1:
         raise ValueError(f"{where}.mode='tournament' needs tournament.leaderboard_size >= 1")
     score = d["score"] or f"episode_return/{groups[0]}"
+    eval_episodes = integer(0)(d["eval_episodes"], f"{where}.eval_episodes")
     known = [f"episode_return/{g}" for g in groups]
+    if score not in known and not eval_episodes and "win_rate" in metric_names():
+        known.append("win_rate")  # envs that say whether an episode was won (SMAX)
     if score not in known:
         raise ValueError(f"{where}.score must be one of {known} (or ''), got {score!r}")
     return PopulationSpec(
@@ -106,7 +114,7 @@ def resolve_population(
         ),
         mode=mode,
         score=score,
-        eval_episodes=integer(0)(d["eval_episodes"], f"{where}.eval_episodes"),
+        eval_episodes=eval_episodes,
         num_devices=n_dev,
         interval_chunks=integer(1)(pbt["interval_chunks"], f"{where}.pbt.interval_chunks"),
         truncation=trunc,

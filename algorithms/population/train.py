@@ -351,7 +351,9 @@ def make_population_train(config: Any, env: Any = None, env_params: Any = None) 
         if not as_dict(pol_cfg[p]).get("frozen", False)
     }
     section = as_dict(config).get("population")
-    spec = resolve_population(section, names, env.groups)
+    spec = resolve_population(
+        section, names, env.groups, lambda: tuple(jax.eval_shape(trainer.update, shape)[1])
+    )
     mesh = None
     if spec.num_devices > 1:
         devs = jax.devices()

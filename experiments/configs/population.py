@@ -9,8 +9,8 @@ deterministic evaluation episodes after every 50 iterations, a selection round e
 compared),
 ``tag`` (Tag continuous with PPO, 4 members, each policy's learning rate and entropy
 coefficient varied), ``smax`` (`experiments.configs.smax`'s recurrent MAPPO, 3
-independent members with the same settings: three seeds in one program, in a run folder
-that checkpoints and resumes, for runs longer than one sitting).
+independent members with the same settings, scored by their win rate: three seeds in one
+program, in a run folder that checkpoints and resumes, for runs longer than one sitting).
 Modifiers: ``tiny`` (a few iterations of a small population, for tests and quick CPU
 runs), ``tournament`` (tournament selection from the leaderboard instead of PBT),
 ``fixed`` (no selection: a fixed-hyper-parameter population, the baseline PBT is
@@ -34,7 +34,7 @@ def _smax(presets: list[str]) -> ml_collections.ConfigDict:
 
     c = smax.get_config(",".join(p for p in presets if p in (*_SMAX_PRESETS, "tiny")))
     c.population = ml_collections.ConfigDict(
-        {**POPULATION_DEFAULTS, "size": 3, "hparams": {}, "mode": "none"}
+        {**POPULATION_DEFAULTS, "size": 3, "hparams": {}, "mode": "none", "score": "win_rate"}
     )
     return c
 

@@ -282,5 +282,6 @@ def test_smax_population_is_three_independent_seeds():
     assert c.env_name == want.env_name == "jaxmarl:smax:27m_vs_30m"
     assert c.policies.to_dict() == want.policies.to_dict()
     assert (c.population.size, c.population.mode, dict(c.population.hparams)) == (3, "none", {})
+    assert c.population.score == "win_rate"
     with pytest.raises(ValueError, match="apply to the smax task only"):
         population.get_config("cartpole,mava")
