@@ -25,7 +25,10 @@ another run folder) loads its programs instead of compiling them;
 ``--compilation_cache_dir`` chooses the folder (default ``$JAX_COMPILATION_CACHE_DIR``,
 else ``$JAXDRIVE_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxdrive/xla`` or
 ``~/.cache/jaxdrive/xla``); a folder that cannot be written is a one-line warning and a
-run without the cache (`experiments.common.setup_compilation_cache`). The init and chunk
+run without the cache (`experiments.common.setup_compilation_cache`). Its subfolder
+``programs`` keeps the init and chunk executables under a key of the config (seed
+included), the source and the installed packages (`jaxdrive.program_store`): the same
+config started again loads them without tracing or lowering. The init and chunk
 programs compile ahead of time, side by side; the log says how long the chunk took and
 whether it came from the cache, and the first progress line comes after one iteration
 (`jaxdrive.loop`). The program of the evaluation episodes and the animation (one
@@ -63,6 +66,7 @@ from experiments import common
 from jaxdrive.checkpoint import Checkpointer, config_hash, step_folders
 from jaxdrive.logging import plot_curves, read_metrics
 from jaxdrive.loop import TrainingDivergedError, chunk_size, train_loop
+from jaxdrive.program_store import ProgramStore
 from jaxdrive.runfolder import CHECKPOINT_DIR, plain_config, resume_point
 from jaxdrive.runlock import RunLock
 
@@ -138,8 +142,11 @@ def run(
     progress: bool = True,
     allow_config_change: bool = False,
     animation: bool | None = None,
+    program_store: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Trains ``config`` into ``workdir``; returns the summary written to summary.json.
+    With ``program_store`` (a folder), the init and chunk programs of a config run
+    before are loaded from it instead of being built (`jaxdrive.program_store`).
 
     The config is validated (the env and trainer are built) and the run folder
     checked before anything is written or created; process 0 then holds the folder's
@@ -183,12 +190,14 @@ def run(
         return _train(
             config, workdir, env, env_params, trainer, t0,
             progress=progress, allow_config_change=allow_config_change, animation=animation,
+            program_store=program_store,
         )  # fmt: skip
 
 
 def _train(
-    config, workdir, env, env_params, trainer, t0, *, progress, allow_config_change, animation
-) -> dict[str, Any]:
+    config, workdir, env, env_params, trainer, t0, *, progress, allow_config_change, animation,
+    program_store,
+) -> dict[str, Any]:  # fmt: skip
     """`run` after the checks: the training loop, then plots, animation and summary."""
     primary = jax.process_index() == 0
     logging.info("run folder %s; devices %s", workdir, common.describe_devices())
@@ -262,6 +271,7 @@ def _train(
         check_config=not allow_config_change,
         metadata={"env_name": config["env_name"], "algorithm": config["algorithm"]},
         compile_ahead=compile_ahead,
+        program_store=ProgramStore(program_store) if program_store else None,
     )
     plots = plot_curves(workdir) if primary else []
     if animate and primary and not gif:  # no evaluation at the end recorded it
@@ -396,7 +406,7 @@ def main(argv: list[str]) -> None:
     config = FLAGS.config
     if FLAGS.seed is not None:
         config.seed = FLAGS.seed
-    common.compilation_cache_from_flags()  # before anything is compiled
+    cache = common.compilation_cache_from_flags()  # before anything is compiled
 
     def go() -> None:
         from jaxdrive import distributed
@@ -417,6 +427,7 @@ def main(argv: list[str]) -> None:
             progress=FLAGS.progress,
             allow_config_change=FLAGS.allow_config_change,
             animation=FLAGS.animation,
+            program_store=os.path.join(cache, "programs") if cache else None,
         )
 
     try:

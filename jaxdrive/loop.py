@@ -48,6 +48,7 @@ from jaxdrive.aot import wait_pending
 from jaxdrive.checkpoint import Checkpointer, config_hash
 from jaxdrive.logging import MetricsLogger, episode_metric
 from jaxdrive.loop_programs import float_leaves, programs_for
+from jaxdrive.program_store import ProgramStore
 from jaxdrive.runfolder import CHECKPOINT_DIR, plain_config, restore_run, resume_point
 from jaxdrive.runlock import RunLock
 from jaxdrive.training import Trainer
@@ -289,6 +290,7 @@ def train_loop(
     check_config: bool = True,
     metadata: dict[str, Any] | None = None,
     compile_ahead: Callable[[Any], Any] | None = None,
+    program_store: ProgramStore | None = None,
 ) -> tuple[Any, History]:
     """Trains ``trainer`` for its ``num_iterations`` in compiled chunks; see the module doc.
 
@@ -316,6 +318,10 @@ def train_loop(
         e.g. evaluation) and they compile beside it. Every chunk waits for the
         compilations started so far (`jaxdrive.aot.wait_pending`), so that none runs
         beside a chunk (XLA's autotuner allocates device memory).
+      program_store: load the init and chunk programs from this
+        `jaxdrive.program_store.ProgramStore` where it has them for this config (its
+        hash with the seed and device count), and store them where it has not. Only for
+        a trainer made from ``trainer.config`` alone (as the experiment scripts make it).
 
     Process 0 holds ``workdir``'s `jaxdrive.runlock.RunLock` throughout. Nothing in
     ``workdir`` changes before the checkpoint checks pass; then ``metrics.jsonl`` and
@@ -373,7 +379,11 @@ def train_loop(
                 closers.insert(0, logger.close)
         elif logger is not None:
             closers.insert(0, logger.flush)
-        programs = programs_for(trainer, ipc)
+        material = {
+            "config": config_hash(plain_config(trainer.config), ignore=("run",)),
+            "process": jax.process_index(),
+        }
+        programs = programs_for(trainer, ipc, program_store, material)
         finished = point is not None and int(point.get("iteration", -1)) >= total
         if total > 0 and not finished and not programs.chunk_ready:
             log.info("compiling the init and chunk programs…")

@@ -10,6 +10,9 @@ For a trainer and a chunk capacity ``K`` (`jaxdrive.loop.train_loop`'s
   chunk), with ``finite``: whether each float leaf of the new state is all finite (the
   divergence check, in the same program). The state is donated.
 
+With a `jaxdrive.program_store.ProgramStore`, programs built before under the same key
+are loaded instead (no tracing, lowering or compiling), and programs built are stored.
+
 `LoopPrograms.start` lowers both and starts their XLA compilations in worker threads
 (`jaxdrive.aot`): the chunk is lowered from the init program's output shapes, before
 any state exists, so the init program compiles and runs (and a checkpoint is restored)
@@ -20,7 +23,10 @@ while the chunk compiles. Programs are kept per trainer (`programs_for`), so rep
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -28,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdrive.aot import CompileInfo, Compiling, compile_async, matches
+from jaxdrive.program_store import ProgramStore
 from jaxdrive.training import Trainer, run_iterations
 
 __all__ = ["LoopPrograms", "finite_flags", "float_leaves", "programs_for"]
@@ -74,10 +81,19 @@ class LoopPrograms:
     """A trainer's init and chunk programs for chunks of at most ``capacity`` iterations
     (see the module docstring)."""
 
-    def __init__(self, trainer: Trainer, capacity: int):
+    def __init__(
+        self,
+        trainer: Trainer,
+        capacity: int,
+        store: ProgramStore | None = None,
+        material: Mapping[str, Any] | None = None,
+    ):
         update = trainer.update  # the programs hold the trainer's functions, not the trainer
         self.capacity = int(capacity)
         self._init = jax.jit(trainer.init)
+        self._store = store  # where built programs are kept and looked up (or None)
+        self._material = dict(material or {})
+        self._chunk_loaded: CompileInfo | None = None  # the loaded chunk's, until reported
 
         def chunk(state: Any, n: jax.Array) -> tuple[Any, Any, jax.Array]:
             state, metrics = run_iterations(update, state, n, self.capacity)
@@ -102,12 +118,20 @@ class LoopPrograms:
         abstract value (`jax.ShapeDtypeStruct` leaves, with shardings on several
         devices), for lowering further programs of the run. The chunk, the longer
         compilation, is lowered and started first, from the traced init's output
-        shapes; the init is lowered (not traced again) after it."""
+        shapes; the init is lowered (not traced again) after it. Programs the store
+        has are loaded instead."""
         traced_init = None
-        if self._init_job is None:
+        if self._init_job is None and self._init_exe is None:
             traced_init = self._init.trace(key)
             self._shapes = traced_init.out_info
+            loaded = self._load("init", (key,), lambda meta: self._shapes)
+            if loaded is not None:
+                (self._init_exe, self.init_info), traced_init = loaded, None
         shapes = self._shapes
+        if chunk and not self.chunk_ready:
+            loaded = self._load("chunk", (shapes, _count()), self._chunk_outputs)
+            if loaded is not None:
+                self._chunk_exe, self._chunk_loaded = loaded
         if jax.device_count() > 1:  # the shardings come with the init executable
             if traced_init is not None:
                 self._init_job, traced_init = compile_async(traced_init), None
@@ -125,7 +149,72 @@ class LoopPrograms:
     def _init_executable(self) -> Any:
         if self._init_exe is None:
             self._init_exe, self.init_info = self._init_job.result()
+            self._save("init", self._init_exe, (0,), {})
         return self._init_exe
+
+    # ---- the program store ---------------------------------------------------------
+    def _store_key(self, name: str) -> str:
+        return self._store.key({**self._material, "program": name, "capacity": self.capacity})
+
+    def _chunk_outputs(self, meta: dict[str, Any]) -> Any:
+        """The chunk's results' structure: ``(state, metrics, finite)``, the metrics'
+        nested dict keys from the entry's ``meta``."""
+        metrics: dict = {}
+        for path in meta["metrics"]:
+            node = metrics
+            for k in path[:-1]:
+                node = node.setdefault(k, {})
+            node[path[-1]] = 0
+        return (self._shapes, metrics, 0)
+
+    def _load(self, name: str, args: tuple, outputs: Any) -> tuple[Any, CompileInfo] | None:
+        """``name``'s executable from the store for ``args`` (its results structured as
+        ``outputs(meta)``), or ``None``."""
+        if self._store is None:
+            return None
+        t0 = time.perf_counter()
+        got = self._store.load(self._store_key(name))
+        if got is None:
+            return None
+        payload, meta = got
+        try:
+            from jax._src.lax import linalg
+            from jax.experimental import serialize_executable
+
+            # LAPACK's kernels (CPU linear algebra) are bound when a program using them is
+            # first lowered, which a loaded program skips
+            linalg.initialize_lapack()
+            in_tree = jax.tree.structure((tuple(args), {}))
+            out_tree = jax.tree.structure(outputs(meta))
+            exe = serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+        except Exception as e:  # an entry that does not load is a miss, never an error
+            log.info("program store: %s did not load (%s); building it", name, e)
+            return None
+        return exe, CompileInfo(name, 0.0, time.perf_counter() - t0, "yes, from the program store")
+
+    def _save(self, name: str, executable: Any, args: tuple, meta: dict[str, Any]) -> None:
+        """Stores a built executable in a thread of its own (the run goes on), where its
+        argument and result structures are the ones `_load` rebuilds."""
+        if self._store is None:
+            return
+        key = self._store_key(name)
+
+        def save() -> None:
+            from jax.experimental import serialize_executable
+
+            try:
+                payload, in_tree, out_tree = serialize_executable.serialize(executable)
+            except Exception as e:  # not serializable here: nothing stored
+                log.info("program store: %s not stored (%s)", name, e)
+                return
+            outputs = self._chunk_outputs(meta) if name == "chunk" else self._shapes
+            same_in = in_tree == jax.tree.structure((tuple(args), {}))
+            if same_in and out_tree == jax.tree.structure(outputs):
+                self._store.save(key, payload, meta)
+            else:
+                log.info("program store: %s not stored (its structures are not rebuilt)", name)
+
+        threading.Thread(target=save).start()
 
     def init(self, key: jax.Array) -> Any:
         """The fresh runner state for ``key`` (waits for the init program)."""
@@ -142,7 +231,8 @@ class LoopPrograms:
         program lowered for other shardings than ``state``'s is built again for them."""
         args = (state, np.int32(0))
         if self._chunk_exe is not None and matches(self._chunk_exe, args):
-            return self._chunk_exe, None
+            info, self._chunk_loaded = self._chunk_loaded, None
+            return self._chunk_exe, info
         if self._chunk_job is None:
             self._chunk_job = compile_async(self._chunk, *args)
         exe, info = self._chunk_job.result()
@@ -151,16 +241,25 @@ class LoopPrograms:
             log.info("the runner state's shardings differ from the init program's: lowering again")
             exe, info = compile_async(self._chunk, *args).result()
         self._chunk_exe = exe
+        paths = jax.tree_util.tree_flatten_with_path(exe.out_info[1])[0]
+        if all(isinstance(k, jax.tree_util.DictKey) for p, _ in paths for k in p):
+            names = [[k.key for k in p] for p, _ in paths]
+            self._save("chunk", exe, (self._shapes, 0), {"metrics": names})
         return exe, info
 
 
 _PROGRAMS: weakref.WeakKeyDictionary[Trainer, dict[int, LoopPrograms]] = weakref.WeakKeyDictionary()
 
 
-def programs_for(trainer: Trainer, capacity: int) -> LoopPrograms:
+def programs_for(
+    trainer: Trainer,
+    capacity: int,
+    store: ProgramStore | None = None,
+    material: Mapping[str, Any] | None = None,
+) -> LoopPrograms:
     """The `LoopPrograms` of ``trainer`` for chunks of ``capacity`` (kept while the
-    trainer lives)."""
+    trainer lives; ``store`` and ``material`` apply where they are first built)."""
     per = _PROGRAMS.setdefault(trainer, {})
     if int(capacity) not in per:
-        per[int(capacity)] = LoopPrograms(trainer, capacity)
+        per[int(capacity)] = LoopPrograms(trainer, capacity, store, material)
     return per[int(capacity)]

@@ -65,17 +65,18 @@ def _compiled_line(out: subprocess.CompletedProcess) -> str:
 
 
 def test_second_run_loads_the_first_chunk_from_the_default_cache(tmp_path):
-    """The default folder is ``$XDG_CACHE_HOME/jaxdrive/xla``; the first run fills it,
-    and the same command into a new run folder loads its first chunk from it and
-    stores nothing new."""
+    """The default folder is ``$XDG_CACHE_HOME/jaxdrive/xla``; the first run fills it
+    (its init and chunk executables in ``programs/``), and the same command into a new
+    run folder loads its chunk from there and stores nothing new."""
     cache = tmp_path / "xdg" / "jaxdrive" / "xla"
     first = _train(tmp_path, str(tmp_path / "run1"))
     assert _compiled_line(first).rstrip().endswith("from cache: no)")
     stored = _entries(cache)
     assert stored, "the first run stored no compiled program"
+    assert len(_entries(cache / "programs")) == 2  # the init and chunk executables
     assert not os.path.exists(tmp_path / "home" / ".cache" / "jaxdrive")
     second = _train(tmp_path, str(tmp_path / "run2"))
-    assert _compiled_line(second).rstrip().endswith("from cache: yes)")
+    assert _compiled_line(second).rstrip().endswith("from cache: yes, from the program store)")
     assert _entries(cache) == stored  # every program came from the cache
 
 

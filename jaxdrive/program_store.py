@@ -1,0 +1,189 @@
+"""Compiled programs kept on disk under a key of everything that makes them, so that a
+run started again loads them instead of tracing, lowering and compiling.
+
+JAX's persistent compilation cache skips XLA's compilation of a program seen before,
+but its key is the lowered program: every start still traces and lowers it (seconds
+for a large env such as MJX's Humanoid). A `ProgramStore` keys a serialized executable
+(`jax.experimental.serialize_executable`) by what determines the program instead:
+
+* the caller's material (the experiment scripts: the program's name, the chunk
+  capacity and the config's hash, seed and device count included);
+* the environment (`environment_fingerprint`): the name and version of every installed
+  distribution (jax and jaxlib among them), the backend, its platform version,
+  the device kinds and counts, ``XLA_FLAGS`` and the jax settings that change programs;
+* the source (`source_digest`): the bytes of every file of the loaded packages and
+  modules that are not part of an installed distribution or of Python itself (this
+  repository's packages, the user's modules), so that any edit of code that could be
+  traced gives another key.
+
+Use it only where the program is a function of that key: the experiment scripts build
+the env and the trainer from the config alone. A program built from objects made
+elsewhere (an env constructed in a notebook with other arguments) may not be.
+
+An entry is a serialized executable and a little JSON about it; `jaxdrive.loop_programs`
+rebuilds the argument and result structures from the current process (they are not
+stored). Loading never fails a run: an entry that cannot be read or loaded is logged,
+ignored and replaced. Entries are written whole (a temporary file, then a rename).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+
+__all__ = ["ProgramStore", "environment_fingerprint", "source_digest"]
+
+log = logging.getLogger("jaxdrive.program_store")
+
+#: jax settings that change the programs traced or compiled.
+_JAX_SETTINGS = (
+    "jax_enable_x64",
+    "jax_default_matmul_precision",
+    "jax_default_prng_impl",
+    "jax_threefry_partitionable",
+    "jax_use_shardy_partitioner",
+    "jax_numpy_dtype_promotion",
+    "jax_numpy_rank_promotion",
+)
+
+
+def _installed_roots() -> tuple[str, ...]:
+    """Folders of Python's own modules and of installed distributions."""
+    paths = sysconfig.get_paths()
+    roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots |= {
+        p for p in sys.path if p and os.path.basename(p) in ("site-packages", "dist-packages")
+    }
+    return tuple(sorted(os.path.realpath(r) + os.sep for r in roots if r))
+
+
+def _own_files() -> list[tuple[str, str]]:
+    """``(top-level name, file)`` of every ``.py`` file of the loaded top-level modules
+    and packages whose source lies outside `_installed_roots` (this repository's
+    packages, an editable install included, and the user's modules): whole packages, so
+    that modules imported only later (inside traced functions) count too."""
+    roots = _installed_roots()
+    out = set()
+    for name in {n.split(".", 1)[0] for n in list(sys.modules)}:
+        mod = sys.modules.get(name)
+        path = getattr(mod, "__file__", None)
+        if not path or os.path.realpath(path).startswith(roots):
+            continue
+        dirs = [os.path.realpath(d) for d in getattr(mod, "__path__", ())]
+        if not dirs:
+            if path.endswith(".py") and os.path.isfile(path):
+                out.add((name, os.path.realpath(path)))
+            continue
+        for d in dirs:
+            for here, subdirs, files in os.walk(d):
+                subdirs[:] = sorted(x for x in subdirs if not x.startswith((".", "__pycache__")))
+                out.update((name, os.path.join(here, f)) for f in files if f.endswith(".py"))
+    return sorted(out)
+
+
+def source_digest() -> str:
+    """sha256 of the paths and bytes of `_own_files` (see the module docstring)."""
+    h = hashlib.sha256()
+    for name, path in _own_files():
+        h.update(f"{name}:{os.path.basename(path)}".encode() + b"\0")
+        with open(path, "rb") as f:
+            h.update(hashlib.sha256(f.read()).digest())
+    return h.hexdigest()
+
+
+@functools.cache
+def _installed_distributions() -> tuple[tuple[str, str], ...]:
+    """``(name, version)`` of every installed distribution (any install or upgrade
+    changes the key: modules imported only while tracing count too)."""
+    found = {(d.metadata["Name"] or "", d.version) for d in importlib.metadata.distributions()}
+    return tuple(sorted(found))
+
+
+def environment_fingerprint() -> dict[str, Any]:
+    """What besides the source and the config changes a compiled program (see the
+    module docstring), as JSON-able data."""
+    devices = jax.devices()
+    client = getattr(devices[0], "client", None)
+    return {
+        "python": sys.version,
+        "distributions": _installed_distributions(),
+        "platform": jax.default_backend(),
+        "platform_version": getattr(client, "platform_version", ""),
+        "devices": sorted(getattr(d, "device_kind", str(d)) for d in devices),
+        "processes": jax.process_count(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "settings": {k: str(getattr(jax.config, k, None)) for k in _JAX_SETTINGS},
+    }
+
+
+class ProgramStore:
+    """Serialized executables in ``folder``, one file per key (see the module docstring).
+
+    Args:
+      folder: where entries live (created on first save).
+    """
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = os.path.abspath(os.fspath(folder))
+        self._env_key: str | None = None
+
+    def key(self, material: Mapping[str, Any]) -> str:
+        """The entry name of a program: sha256 of ``material`` (JSON-able), the
+        `environment_fingerprint` and the `source_digest` (both taken once per store:
+        call it after the env and trainer are built, when their modules are loaded)."""
+        if self._env_key is None:
+            env = json.dumps(environment_fingerprint(), sort_keys=True, default=str)
+            self._env_key = hashlib.sha256((env + source_digest()).encode()).hexdigest()
+        text = json.dumps(dict(material), sort_keys=True, default=str)
+        return hashlib.sha256((self._env_key + text).encode()).hexdigest()[:32]
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.folder, f"{key}.program")
+
+    def load(self, key: str) -> tuple[bytes, dict[str, Any]] | None:
+        """``(payload, meta)`` stored under ``key`` (see `save`), or ``None`` where there is
+        no readable entry (a bad one is logged and ignored)."""
+        path = self._path(key)
+        if not os.path.exists(path):
+            return None
+        try:
+            with open(path, "rb") as f:
+                blob = f.read()
+            n = int.from_bytes(blob[:8], "little")
+            meta = json.loads(blob[8 : 8 + n].decode())
+            payload = blob[8 + n :]
+            if not isinstance(meta, dict) or len(payload) != meta.get("payload_bytes"):
+                raise ValueError("truncated or not an entry")
+        except (OSError, ValueError) as e:
+            log.info("program store: %s unreadable (%s); building the program", path, e)
+            return None
+        return payload, meta
+
+    def save(self, key: str, payload: bytes, meta: Mapping[str, Any]) -> bool:
+        """Writes ``payload`` (a serialized executable) and ``meta`` (JSON-able) under
+        ``key``, whole or not at all; ``False`` (and one log line) where it cannot."""
+        tmp = None
+        try:
+            header = json.dumps({**meta, "payload_bytes": len(payload)}).encode()
+            os.makedirs(self.folder, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.folder)
+            with os.fdopen(fd, "wb") as f:
+                f.write(len(header).to_bytes(8, "little") + header + payload)
+            os.replace(tmp, self._path(key))
+            return True
+        except (OSError, TypeError, ValueError) as e:  # a run never fails for its store
+            log.info("program store: cannot store %s (%s)", key, e)
+            if tmp is not None and os.path.exists(tmp):
+                os.remove(tmp)
+            return False

@@ -1,0 +1,82 @@
+"""`jaxdrive.program_store` and `jaxdrive.loop.train_loop`'s ``program_store``: entries
+round-trip whole or not at all, keys cover the material, the source and the
+environment, and a second trainer of the same config loads its programs (no tracing)
+and computes the same numbers; another config builds its own."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+import algorithms
+import jaxdrive
+from experiments.configs import cartpole
+from jaxdrive import program_store as ps
+from jaxdrive.loop import train_loop
+from jaxdrive.loop_programs import programs_for
+
+
+def test_entries_round_trip_and_bad_ones_are_misses(tmp_path):
+    store = ps.ProgramStore(tmp_path / "programs")
+    assert store.load("k") is None
+    assert store.save("k", b"\x00payload", {"metrics": [["a"]]})
+    payload, meta = store.load("k")
+    assert payload == b"\x00payload" and meta["metrics"] == [["a"]]
+    path = tmp_path / "programs" / "k.program"
+    path.write_bytes(path.read_bytes()[:-1])  # truncated: a miss, not an error
+    assert store.load("k") is None
+    path.write_bytes(b"junk")
+    assert store.load("k") is None
+    blocked = tmp_path / "a_file"
+    blocked.write_text("")
+    assert not ps.ProgramStore(blocked / "programs").save("k", b"x", {})
+    assert [n for n in os.listdir(tmp_path / "programs") if n.startswith(".tmp")] == []
+
+
+def test_key_covers_material_source_and_environment(tmp_path, monkeypatch):
+    a = ps.ProgramStore(tmp_path)
+    assert a.key({"config": "x"}) == a.key({"config": "x"}) != a.key({"config": "y"})
+    assert "jax" in dict(ps.environment_fingerprint()["distributions"])
+    assert any(path.endswith("program_store.py") for _, path in ps._own_files())
+    monkeypatch.setattr(ps, "source_digest", lambda: "edited")
+    assert ps.ProgramStore(tmp_path).key({"config": "x"}) != a.key({"config": "x"})
+
+
+def _trainer(**changes):
+    c = cartpole.get_config("tiny")
+    for k, v in changes.items():
+        c.policies.agent[k] = v
+    env, params = jaxdrive.make(c.env_name)
+    return algorithms.make_train(c, env, params)
+
+
+def _wait_for(folder, n: int) -> None:
+    """The executables are written by threads of their own."""
+    for _ in range(600):
+        if (
+            os.path.isdir(folder)
+            and len([f for f in os.listdir(folder) if f.endswith(".program")]) >= n
+        ):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{n} programs were not stored in {folder}")
+
+
+def test_same_config_loads_its_programs_and_computes_the_same(tmp_path):
+    store, folder = ps.ProgramStore(tmp_path / "p"), tmp_path / "p"
+    first = _trainer()
+    _, h1 = train_loop(first, 3, None, iterations_per_chunk=2, progress=False, program_store=store)
+    assert "program store" not in programs_for(first, 2).init_info.from_cache
+    _wait_for(folder, 2)
+    again = _trainer()
+    _, h2 = train_loop(again, 3, None, iterations_per_chunk=2, progress=False, program_store=store)
+    assert programs_for(again, 2).init_info.from_cache == "yes, from the program store"
+    assert h2.compile_seconds < h1.compile_seconds
+    for k, v in h1.metrics.items():
+        np.testing.assert_array_equal(v, h2.metrics[k], err_msg=k)
+    other = _trainer(lr=1e-2)  # another config: built, not loaded
+    train_loop(other, 3, None, iterations_per_chunk=2, progress=False, program_store=store)
+    assert "program store" not in programs_for(other, 2).init_info.from_cache
+    _wait_for(folder, 4)
