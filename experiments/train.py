@@ -25,10 +25,11 @@ another run folder) loads its programs instead of compiling them;
 ``--compilation_cache_dir`` chooses the folder (default ``$JAX_COMPILATION_CACHE_DIR``,
 else ``$JAXDRIVE_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxdrive/xla`` or
 ``~/.cache/jaxdrive/xla``); a folder that cannot be written is a one-line warning and a
-run without the cache (`experiments.common.setup_compilation_cache`). Its subfolder
-``programs`` keeps the init and chunk executables under a key of the config (seed
-included), the source and the installed packages (`jaxdrive.program_store`): the same
-config started again loads them without tracing or lowering. The init and chunk
+run without the cache (`experiments.common.setup_compilation_cache`). With
+``--program_store`` (default ``auto``: on the CPU backend) its subfolder ``programs``
+keeps the init and chunk executables under a key of the config (seed included), the
+source and the installed packages (`jaxdrive.program_store`): the same config started
+again loads them without tracing or lowering. The init and chunk
 programs compile ahead of time, side by side; the log says how long the chunk took and
 whether it came from the cache, and the first progress line comes after one iteration
 (`jaxdrive.loop`). The program of the evaluation episodes and the animation (one
@@ -395,6 +396,12 @@ def _define_flags() -> None:
         "autoscale_budget_mib", None, "autoscale memory budget (default: 0.9 of the device's)"
     )
     common.define_compilation_cache_flags()
+    flags.DEFINE_enum(
+        "program_store", "auto", ["auto", "true", "false"],
+        "keep the init and chunk executables in the cache folder's programs/ and load them "
+        "when the same config starts again (auto: on the CPU backend, where the tests "
+        "load them; elsewhere only with true)",
+    )  # fmt: skip
     flags.mark_flag_as_required("config")
 
 
@@ -420,6 +427,8 @@ def main(argv: list[str]) -> None:
         scaled = apply_scaling(
             config, FLAGS.num_devices, FLAGS.autoscale, FLAGS.autoscale_budget_mib
         )
+        on = {"auto": jax.default_backend() == "cpu", "true": True, "false": False}
+        store = os.path.join(cache, "programs") if cache and on[FLAGS.program_store] else None
         run(
             scaled,
             FLAGS.workdir,
@@ -427,7 +436,7 @@ def main(argv: list[str]) -> None:
             progress=FLAGS.progress,
             allow_config_change=FLAGS.allow_config_change,
             animation=FLAGS.animation,
-            program_store=os.path.join(cache, "programs") if cache else None,
+            program_store=store,
         )
 
     try:
