@@ -78,6 +78,8 @@ def test_second_run_loads_the_first_chunk_from_the_default_cache(tmp_path):
     second = _train(tmp_path, str(tmp_path / "run2"))
     assert _compiled_line(second).rstrip().endswith("from cache: yes, from the program store)")
     assert _entries(cache) == stored  # every program came from the cache
+    third = _train(tmp_path, str(tmp_path / "run3"), "--program_store=false")
+    assert _compiled_line(third).rstrip().endswith("from cache: yes)")  # traced, XLA cached
 
 
 def test_cache_off_writes_nothing(tmp_path):
