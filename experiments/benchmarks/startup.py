@@ -39,6 +39,9 @@ flags.DEFINE_integer("num_steps", None, "config.num_steps (default: the config's
 flags.DEFINE_integer("iterations", 20, "iterations to train (total_env_steps is set from it)")
 flags.DEFINE_bool("animation", True, "write the animation at the end (as the CLI does)")
 flags.DEFINE_string("out", None, "append the records as JSON lines to this file")
+flags.DEFINE_enum(
+    "program_store", "auto", ["auto", "true", "false"], "experiments.train's --program_store"
+)
 
 
 def _steps_per_iteration(config: str, num_envs: int, num_steps: int | None) -> int:
@@ -68,7 +71,7 @@ def time_run(args: list[str], cache_dir: str, workdir: str) -> dict[str, Any]:
         lines.append(line)
         if "compiled in" in line and "from cache:" in line and "chunk_compiled_s" not in marks:
             marks["chunk_compiled_s"] = round(t, 2)
-            m = re.search(r"from cache: (\w+)", line)
+            m = re.search(r"from cache: ([\w ,]+)\)", line)
             marks["from_cache"] = m.group(1) if m else None
             m = re.search(r"tracing and lowering ([\d.]+) s, XLA ([\d.]+) s", line)
             if m:
@@ -97,6 +100,7 @@ def main(argv: list[str]) -> None:
         f"--config={FLAGS.config}", f"--config.num_envs={FLAGS.num_envs}",
         f"--config.total_env_steps={per_it * FLAGS.iterations}",
         "--animation" if FLAGS.animation else "--noanimation",
+        f"--program_store={FLAGS.program_store}",
     ]  # fmt: skip
     if FLAGS.num_steps:
         args.append(f"--config.num_steps={FLAGS.num_steps}")
@@ -106,7 +110,8 @@ def main(argv: list[str]) -> None:
         for name in ("cold", "warm"):
             rec = time_run(args, cache, os.path.join(tmp, f"run-{name}"))
             rec.update(bench="startup", cache=name, config=FLAGS.config, num_envs=FLAGS.num_envs,
-                       iterations=FLAGS.iterations, backend=jax.default_backend())  # fmt: skip
+                       iterations=FLAGS.iterations, backend=jax.default_backend(),
+                       program_store=FLAGS.program_store)  # fmt: skip
             records.append(rec)
     print(f"{'cache':<6} {'chunk ready':>12} {'first line':>18} {'last iter':>10} "
           f"{'end of run':>11} {'exit':>8}  chunk: lower / XLA (from cache)")  # fmt: skip
