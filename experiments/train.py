@@ -27,7 +27,7 @@ else ``$JAXDRIVE_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxdrive/xla`` or
 ``~/.cache/jaxdrive/xla``); a folder that cannot be written is a one-line warning and a
 run without the cache (`experiments.common.setup_compilation_cache`). With
 ``--program_store`` (default ``auto``: on the CPU backend) its subfolder ``programs``
-keeps the init and chunk executables under a key of the config (seed included), the
+keeps the init and chunk executables under a key of the config (any seed), the
 source and the installed packages (`jaxdrive.program_store`): the same config started
 again loads them without tracing or lowering. The init and chunk
 programs compile ahead of time, side by side; the log says how long the chunk took and

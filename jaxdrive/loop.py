@@ -320,7 +320,7 @@ def train_loop(
         beside a chunk (XLA's autotuner allocates device memory).
       program_store: load the init and chunk programs from this
         `jaxdrive.program_store.ProgramStore` where it has them for this config (its
-        hash with the seed and device count), and store them where it has not. Only for
+        hash with the device count, without the seed), and store them where it has not. Only for
         a trainer made from ``trainer.config`` alone (as the experiment scripts make it).
 
     Process 0 holds ``workdir``'s `jaxdrive.runlock.RunLock` throughout. Nothing in
@@ -380,7 +380,8 @@ def train_loop(
         elif logger is not None:
             closers.insert(0, logger.flush)
         material = {
-            "config": config_hash(plain_config(trainer.config), ignore=("run",)),
+            # the seed only makes the init's key argument: seeds share their programs
+            "config": config_hash(plain_config(trainer.config), ignore=("run", "seed")),
             "process": jax.process_index(),
         }
         programs = programs_for(trainer, ipc, program_store, material)

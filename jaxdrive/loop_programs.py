@@ -233,18 +233,21 @@ class LoopPrograms:
         if self._chunk_exe is not None and matches(self._chunk_exe, args):
             info, self._chunk_loaded = self._chunk_loaded, None
             return self._chunk_exe, info
+        self._chunk_loaded = None
         if self._chunk_job is None:
             self._chunk_job = compile_async(self._chunk, *args)
         exe, info = self._chunk_job.result()
         self._chunk_job = None
-        if not matches(exe, args):
+        if matches(exe, args):  # the program for the init's layout: the one to keep
+            paths = jax.tree_util.tree_flatten_with_path(exe.out_info[1])[0]
+            keys = [k for p, _ in paths for k in p]
+            if all(isinstance(k, jax.tree_util.DictKey) and isinstance(k.key, str) for k in keys):
+                names = [[k.key for k in p] for p, _ in paths]
+                self._save("chunk", exe, (self._shapes, 0), {"metrics": names})
+        else:
             log.info("the runner state's shardings differ from the init program's: lowering again")
             exe, info = compile_async(self._chunk, *args).result()
         self._chunk_exe = exe
-        paths = jax.tree_util.tree_flatten_with_path(exe.out_info[1])[0]
-        if all(isinstance(k, jax.tree_util.DictKey) for p, _ in paths for k in p):
-            names = [[k.key for k in p] for p, _ in paths]
-            self._save("chunk", exe, (self._shapes, 0), {"metrics": names})
         return exe, info
 
 

@@ -104,9 +104,14 @@ def source_digest() -> str:
 
 @functools.cache
 def _installed_distributions() -> tuple[tuple[str, str], ...]:
-    """``(name, version)`` of every installed distribution (any install or upgrade
-    changes the key: modules imported only while tracing count too)."""
-    found = {(d.metadata["Name"] or "", d.version) for d in importlib.metadata.distributions()}
+    """``(name, version, digest of its RECORD)`` of every installed distribution (any
+    install, upgrade or reinstall changes the key: modules imported only while tracing
+    count too)."""
+    found = set()
+    for d in importlib.metadata.distributions():
+        record = d.read_text("RECORD") or ""  # its files' hashes: a reinstall of changed code
+        digest = hashlib.sha256(record.encode()).hexdigest()
+        found.add((d.metadata["Name"] or "", d.version, digest))
     return tuple(sorted(found))
 
 
