@@ -22,6 +22,7 @@ while the chunk compiles. Programs are kept per trainer (`programs_for`), so rep
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 import time
@@ -178,12 +179,9 @@ class LoopPrograms:
             return None
         payload, meta = got
         try:
-            from jax._src.lax import linalg
             from jax.experimental import serialize_executable
 
-            # LAPACK's kernels (CPU linear algebra) are bound when a program using them is
-            # first lowered, which a loaded program skips
-            linalg.initialize_lapack()
+            _bind_lazy_kernels()
             in_tree = jax.tree.structure((tuple(args), {}))
             out_tree = jax.tree.structure(outputs(meta))
             exe = serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
@@ -249,6 +247,21 @@ class LoopPrograms:
             exe, info = compile_async(self._chunk, *args).result()
         self._chunk_exe = exe
         return exe, info
+
+
+def _bind_lazy_kernels() -> None:
+    """Binds the kernels JAX binds only while lowering a program that uses them (which a
+    loaded program skips): LAPACK's (CPU linear algebra) and, on GPUs, the custom calls of
+    Pallas's Triton and Mosaic GPU kernels."""
+    from jax._src.lax import linalg
+
+    linalg.initialize_lapack()
+    if jax.default_backend() == "gpu":
+        for name in ("triton", "mosaic_gpu"):
+            try:
+                importlib.import_module(f"jax._src.pallas.{name}.pallas_call_registration")
+            except ImportError:  # a jax without that backend
+                continue
 
 
 _PROGRAMS: weakref.WeakKeyDictionary[Trainer, dict[int, LoopPrograms]] = weakref.WeakKeyDictionary()
