@@ -232,7 +232,7 @@ def _gradient_step(lr: _Learner, mix: str, ps: PolicyState, buf: rp.Replay, key:
 
 def _learn(lr: _Learner, mix: str, ps: PolicyState, buf: rp.Replay, key, env_steps):
     hp = lr.p.hp
-    ready = (env_steps >= hp["learning_starts"]) & (buf.size >= hp["batch_size"])
+    ready = (env_steps >= float(hp["learning_starts"])) & (buf.size >= hp["batch_size"])
 
     def run(ps, key):
         keys = jax.random.split(key, hp["updates_per_iteration"])
