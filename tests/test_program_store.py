@@ -10,8 +10,7 @@ import time
 
 import numpy as np
 
-import algorithms
-import jaxdrive
+from experiments import common
 from experiments.configs import cartpole
 from jaxdrive import program_store as ps
 from jaxdrive.loop import train_loop
@@ -48,8 +47,7 @@ def _trainer(**changes):
     c = cartpole.get_config("tiny")
     for k, v in changes.items():
         c.policies.agent[k] = v
-    env, params = jaxdrive.make(c.env_name)
-    return algorithms.make_train(c, env, params)
+    return common.build(c)[2]  # as the experiment scripts build it
 
 
 def _wait_for(folder, n: int) -> None:
