@@ -26,7 +26,7 @@ another run folder) loads its programs instead of compiling them;
 else ``$JAXDRIVE_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxdrive/xla`` or
 ``~/.cache/jaxdrive/xla``); a folder that cannot be written is a one-line warning and a
 run without the cache (`experiments.common.setup_compilation_cache`). With
-``--program_store`` (default ``auto``: on the CPU backend) its subfolder ``programs``
+``--program_store`` (default true) its subfolder ``programs``
 keeps the init and chunk executables under a key of the config (any seed), the
 source and the installed packages (`jaxdrive.program_store`): the same config started
 again loads them without tracing or lowering. The init and chunk
@@ -396,11 +396,10 @@ def _define_flags() -> None:
         "autoscale_budget_mib", None, "autoscale memory budget (default: 0.9 of the device's)"
     )
     common.define_compilation_cache_flags()
-    flags.DEFINE_enum(
-        "program_store", "auto", ["auto", "true", "false"],
+    flags.DEFINE_bool(
+        "program_store", True,
         "keep the init and chunk executables in the cache folder's programs/ and load them "
-        "when the same config starts again (auto: on the CPU backend, where the tests "
-        "load them; elsewhere only with true)",
+        "when the same config starts again (needs --compilation_cache)",
     )  # fmt: skip
     flags.mark_flag_as_required("config")
 
@@ -427,8 +426,7 @@ def main(argv: list[str]) -> None:
         scaled = apply_scaling(
             config, FLAGS.num_devices, FLAGS.autoscale, FLAGS.autoscale_budget_mib
         )
-        on = {"auto": jax.default_backend() == "cpu", "true": True, "false": False}
-        store = os.path.join(cache, "programs") if cache and on[FLAGS.program_store] else None
+        store = os.path.join(cache, "programs") if cache and FLAGS.program_store else None
         run(
             scaled,
             FLAGS.workdir,

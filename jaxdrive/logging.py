@@ -37,6 +37,7 @@ import json
 import math
 import os
 import struct
+import sys
 import time
 import uuid
 from collections.abc import Mapping
@@ -142,10 +143,27 @@ def _parse(line: bytes) -> int | None:
     return it if isinstance(it, int) and not isinstance(it, bool) else None
 
 
+def _tensorboardx() -> Any:
+    """The ``tensorboardX`` package, imported with PyTorch hidden unless PyTorch is
+    loaded already: its package import also imports PyTorch where that is installed
+    (seconds before the first progress line) only to recognise PyTorch tensors, which
+    this logger never writes."""
+    hide = "torch" not in sys.modules
+    if hide:
+        sys.modules["torch"] = None  # `import torch` raises ImportError meanwhile
+    try:
+        import tensorboardX
+        import tensorboardX.proto.event_pb2
+    finally:
+        if hide and "torch" in sys.modules and sys.modules["torch"] is None:
+            del sys.modules["torch"]
+    return tensorboardX
+
+
 def _tb_records(data: bytes) -> list[tuple[int | None, bytes]]:
     """TFRecord framing (length, its crc, payload, its crc): ``[(step or None for
     events without scalars, raw record)]``; a record cut by a crash ends the list."""
-    from tensorboardX.proto import event_pb2
+    event_pb2 = _tensorboardx().proto.event_pb2
 
     out, pos = [], 0
     while pos + 12 <= len(data):
@@ -258,10 +276,8 @@ class MetricsLogger:
             except OSError as e:
                 raise _located(e, self.path) from None
         if self._tensorboard and self._tb is None:
-            from tensorboardX import SummaryWriter
-
             # a unique suffix: tensorboardX names files by the second and overwrites
-            self._tb = SummaryWriter(
+            self._tb = _tensorboardx().SummaryWriter(
                 os.path.join(self.workdir, TB_DIR),
                 flush_secs=30,
                 filename_suffix=f".{uuid.uuid4().hex[:8]}",

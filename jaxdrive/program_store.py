@@ -58,13 +58,22 @@ _JAX_SETTINGS = (
 )
 
 
+def _holds_distributions(path: str) -> bool:
+    """Whether ``path`` is a folder packages are installed into: ``site-packages``,
+    ``dist-packages`` or any folder with ``*.dist-info`` metadata (``pip --target``)."""
+    if os.path.basename(path) in ("site-packages", "dist-packages"):
+        return True
+    try:
+        return any(n.endswith(".dist-info") for n in os.listdir(path))
+    except OSError:
+        return False
+
+
 def _installed_roots() -> tuple[str, ...]:
     """Folders of Python's own modules and of installed distributions."""
     paths = sysconfig.get_paths()
     roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    roots |= {
-        p for p in sys.path if p and os.path.basename(p) in ("site-packages", "dist-packages")
-    }
+    roots |= {p for p in sys.path if p and _holds_distributions(p)}
     return tuple(sorted(os.path.realpath(r) + os.sep for r in roots if r))
 
 

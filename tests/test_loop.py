@@ -349,6 +349,35 @@ def test_tensorboard_reconcile_drops_steps_past_the_checkpoint(tmp_path):
     assert not [f for f in os.listdir(os.path.join(wd, "tb")) if "tfevents" in f]
 
 
+def test_tensorboard_writer_does_not_import_pytorch(tmp_path):
+    """tensorboardX imports PyTorch where it is installed; the logger hides it (a stand-in
+    `torch` that fails when imported), and `import torch` works again afterwards."""
+    import subprocess
+    import sys
+
+    fake = tmp_path / "site" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise RuntimeError('torch was imported')\n")
+    code = (
+        "import sys\n"
+        "from jaxdrive.logging import MetricsLogger\n"
+        f"with MetricsLogger({str(tmp_path / 'run')!r}) as lg:\n"
+        "    lg.log(1, 8, {'loss/a': 1.0})\n"
+        "assert 'torch' not in sys.modules, sys.modules.get('torch')\n"
+        "try:\n"
+        "    import torch\n"
+        "except RuntimeError as e:\n"
+        "    print('reachable:', e)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), *sys.path])}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "reachable: torch was imported" in out.stdout
+    assert [f for f in os.listdir(tmp_path / "run" / "tb") if "tfevents" in f]
+
+
 def test_episode_metrics_skip_iterations_without_finished_episodes(tmp_path):
     """On-policy trainers report 0 for returns where no episode ended: those iterations
     have no episode metrics in metrics.jsonl and TensorBoard, and the progress text, the

@@ -11,7 +11,8 @@ Targets: ``tag_k10`` (1000 envs × (10+100), k = 10), ``tag_full`` (same, full
 observation), ``tag_big`` (2000 envs × (5+995), k = 10), ``tag_a2c`` and ``tag_ppo``
 (training, 1000 envs × (10+100), 25 steps, fc 256×256), ``cartpole_a2c`` (10,000 envs ×
 500 steps), ``cartpole_env`` (CartPole env-only, ``--cartpole_envs`` envs × 1000 steps,
-auto-reset by ``--reset_mode``).
+auto-reset by ``--reset_mode``), ``qmix_smax`` (QMIX on SMAX ``3s5z``, the
+``qlearning.py:qmix_smax`` config).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def define_flags() -> None:
     can import its functions)."""
     flags.DEFINE_list("targets", ["tag_k10", "tag_a2c"], "workloads to profile (module docstring)")
     flags.DEFINE_integer("top", 25, "kernels to list per target")
+    flags.DEFINE_integer("seeds", 1, "training targets: seeds vmapped in one program", lower_bound=1)
     flags.DEFINE_bool("tiny", False, "tiny sizes (CPU check)")
     flags.DEFINE_string("trace_dir", "", "where traces go (default: a temporary folder)")
     flags.DEFINE_bool("auto_reset", True, "env-only targets: auto-reset finished envs")
@@ -57,7 +59,8 @@ def define_flags() -> None:
 
 
 TARGETS = (
-    "tag_k10", "tag_full", "tag_big", "tag_a2c", "tag_ppo", "cartpole_a2c", "cartpole_env"
+    "tag_k10", "tag_full", "tag_big", "tag_a2c", "tag_ppo", "cartpole_a2c", "cartpole_env",
+    "qmix_smax",
 )  # fmt: skip
 
 
@@ -194,6 +197,8 @@ def _run_target(name: str, tiny: bool, trace_dir: str) -> dict[str, Any]:
         config = load_config("cartpole", "a2c")
         config.num_envs, config.num_steps = (16, 10) if tiny else (10_000, 500)
         config.policies.agent.hidden_sizes = (32, 32)
+    elif name == "qmix_smax":  # the marl_learning row: SMAX 3s5z, JaxMARL's QMIX settings
+        config = load_config("qlearning", "qmix_smax,tiny" if tiny else "qmix_smax")
     else:
         raise ValueError(f"unknown profile target {name!r}; targets: {', '.join(TARGETS)}")
     for item in FLAGS.override:
@@ -203,7 +208,9 @@ def _run_target(name: str, tiny: bool, trace_dir: str) -> dict[str, Any]:
         set_dotted(config, dotted, ast.literal_eval(literal))
     iters = 1 if tiny else 3
     config.total_env_steps = config.num_envs * config.num_steps * iters * 10
-    return time_training(config, iterations=iters, repeats=2, profile_dir=trace_dir)
+    return time_training(
+        config, iterations=iters, repeats=2, profile_dir=trace_dir, num_seeds=FLAGS.seeds
+    )
 
 
 def main(argv: list[str]) -> None:

@@ -10,7 +10,8 @@ exits normally. From the time-stamped lines of each run it reports, in seconds a
 the process started: the chunk program compiled (or loaded), the first progress line
 (and its iteration), the last iteration's line, and the exit (``end of run`` is exit
 minus last iteration: final checkpoint, plots, evaluation and animation). Prints a
-table and, with ``--out``, appends one JSON line per run.
+table and, with ``--out``, appends one JSON line per run (with ``log``: the run's log
+lines up to its first progress line, each with its time after the start).
 """
 
 from __future__ import annotations
@@ -39,9 +40,7 @@ flags.DEFINE_integer("num_steps", None, "config.num_steps (default: the config's
 flags.DEFINE_integer("iterations", 20, "iterations to train (total_env_steps is set from it)")
 flags.DEFINE_bool("animation", True, "write the animation at the end (as the CLI does)")
 flags.DEFINE_string("out", None, "append the records as JSON lines to this file")
-flags.DEFINE_enum(
-    "program_store", "auto", ["auto", "true", "false"], "experiments.train's --program_store"
-)
+flags.DEFINE_bool("program_store", True, "experiments.train's --program_store")
 
 
 def _steps_per_iteration(config: str, num_envs: int, num_steps: int | None) -> int:
@@ -64,11 +63,14 @@ def time_run(args: list[str], cache_dir: str, workdir: str) -> dict[str, Any]:
     proc = subprocess.Popen(
         cmd, cwd=_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
     )
-    marks: dict[str, Any] = {}
+    marks: dict[str, Any] = {"log": []}
     lines = []
     for line in proc.stdout:
         t = time.perf_counter() - t0
         lines.append(line)
+        m = re.match(r"[IWE]\d{4} [\d:.]+ +\d+ ([\w.]+:\d+)\] (.*)", line)
+        if m and "first_progress_s" not in marks:  # the log lines up to the first result
+            marks["log"].append([round(t, 2), f"{m[1]}: {m[2][:150]}"])
         if "compiled in" in line and "from cache:" in line and "chunk_compiled_s" not in marks:
             marks["chunk_compiled_s"] = round(t, 2)
             m = re.search(r"from cache: ([\w ,]+)\)", line)
@@ -100,7 +102,7 @@ def main(argv: list[str]) -> None:
         f"--config={FLAGS.config}", f"--config.num_envs={FLAGS.num_envs}",
         f"--config.total_env_steps={per_it * FLAGS.iterations}",
         "--animation" if FLAGS.animation else "--noanimation",
-        f"--program_store={FLAGS.program_store}",
+        f"--program_store={str(FLAGS.program_store).lower()}",
     ]  # fmt: skip
     if FLAGS.num_steps:
         args.append(f"--config.num_steps={FLAGS.num_steps}")

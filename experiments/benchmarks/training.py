@@ -62,15 +62,26 @@ def _build(config):
 
 
 def time_training(
-    config, iterations: int = 5, repeats: int = 3, profile_dir: str | None = None
+    config,
+    iterations: int = 5,
+    repeats: int = 3,
+    profile_dir: str | None = None,
+    num_seeds: int = 1,
 ) -> dict[str, Any]:
     """Training throughput of ``config`` (see the module docstring); with
-    ``profile_dir``, one extra call is traced there (`jax.profiler`)."""
+    ``profile_dir``, one extra call is traced there (`jax.profiler`); ``num_seeds > 1``
+    vmaps the chunk over that many seeds (as the learning suites run them) and counts
+    every seed's env steps."""
     env, _, trainer = _build(config)
     # the state is donated, as the training loop donates it (an off-policy replay
     # buffer is then updated in place instead of copied by every call)
-    chunk = jax.jit(lambda rs: trainer.chunk(rs, iterations), donate_argnums=0)
-    rs = jax.block_until_ready(jax.jit(trainer.init)(jax.random.PRNGKey(0)))
+    one = lambda rs: trainer.chunk(rs, iterations)  # noqa: E731
+    init = jax.jit(trainer.init)
+    if num_seeds > 1:
+        one, init = jax.vmap(one), jax.jit(jax.vmap(trainer.init))
+    chunk = jax.jit(one, donate_argnums=0)
+    keys = jax.random.split(jax.random.PRNGKey(0), num_seeds)
+    rs = jax.block_until_ready(init(keys if num_seeds > 1 else keys[0]))
     t0 = time.perf_counter()
     compiled = chunk.lower(rs).compile()
     compile_s = time.perf_counter() - t0
@@ -83,13 +94,14 @@ def time_training(
     _, times = time_compiled(call, repeats)
     profile_call(call, profile_dir)
     med = statistics.median(times)
-    steps = iterations * trainer.env_steps_per_iteration
+    steps = iterations * trainer.env_steps_per_iteration * num_seeds
     return {
         "env": config.env_name,
         "algorithm": config.algorithm,
         "num_envs": config.num_envs,
         "num_steps": config.num_steps,
         "num_devices": config.get("num_devices", 1),  # the env batch is sharded over these
+        "num_seeds": num_seeds,
         "num_agents": env.total_agents,
         "iterations_timed": iterations,
         "compile_s": round(compile_s, 2),
