@@ -6,9 +6,11 @@ embedding size for a feed-forward network), ``n`` actions, ``S`` global-state fe
 ``E`` the mixer's embedding size.
 
 * `AgentQNetwork`: MLP torso (optional LayerNorm before each activation, as PQN uses),
-  an optional `flax.linen.GRUCell`, then a linear Q head; one set of parameters shared
-  by every agent of a policy. `unroll` runs it over a sequence with the hidden state
-  reset where episodes start; `next_q` takes one more step from every hidden state.
+  an optional GRU (flax ``GRUCell``'s gates, as `algorithms.common.recurrent.RecurrentCore`:
+  the input projection of every step one GEMM before the time scan, a custom backward
+  pass), then a linear Q head; one set of parameters shared by every agent of a policy.
+  `unroll` runs it over a sequence with the hidden state reset where episodes start;
+  `next_q` takes one more step from every hidden state.
 * `agent_inputs`: observation, then one-hot last action and one-hot agent index.
 * `QMixer`: QMIX's monotonic mixing network (Rashid et al. 2018): hypernetworks of the
   global state give the weights of a two-layer mixer; absolute values keep them
@@ -27,6 +29,7 @@ import jax.numpy as jnp
 
 from algorithms.common.init import orthogonal
 from algorithms.common.layers import activation_fn
+from algorithms.common.recurrent import RecurrentCore
 
 __all__ = ["AgentQNetwork", "QMixer", "agent_inputs", "next_q", "unroll", "vdn_mix"]
 
@@ -49,7 +52,7 @@ class AgentQNetwork(nn.Module):
         init = orthogonal(math.sqrt(2.0))
         self.layers = [nn.Dense(int(h), kernel_init=init) for h in self.hidden_sizes]
         self.norms = [nn.LayerNorm() for _ in self.hidden_sizes] if self.layer_norm else []
-        self.cell = nn.GRUCell(int(self.gru_size)) if self.gru_size > 0 else None
+        self.core = RecurrentCore("gru", int(self.gru_size)) if self.gru_size > 0 else None
         self.head = nn.Dense(int(self.num_actions), kernel_init=orthogonal(1.0))
 
     def embed(self, x: jax.Array) -> jax.Array:
@@ -64,9 +67,14 @@ class AgentQNetwork(nn.Module):
 
     def recur(self, carry: jax.Array, e: jax.Array) -> jax.Array:
         """One GRU step ``(carry [..., H], e) -> carry'`` (``e`` itself when feed-forward)."""
-        if self.cell is None:
+        if self.core is None:
             return e
-        return self.cell(carry, e)[0]
+        return self.core(carry, e[None])[0]
+
+    def sequence(self, carry: jax.Array, e: jax.Array, ends: jax.Array) -> jax.Array:
+        """The GRU over embeddings ``e [T, B, F]`` from ``carry [B, H]``: the hidden state
+        after every step ``[T, B, H]``, the carry zeroed after the steps where ``ends [T, B]``."""
+        return self.core(carry, e, ends)[1]
 
     def q(self, h: jax.Array) -> jax.Array:
         """The Q head: ``[..., H] -> [..., n]``."""
@@ -74,7 +82,7 @@ class AgentQNetwork(nn.Module):
 
     def __call__(self, carry: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
         h = self.recur(carry, self.embed(x))
-        new_carry = h if self.cell is not None else carry
+        new_carry = h if self.core is not None else carry
         return new_carry, self.q(h)
 
 
@@ -89,13 +97,10 @@ def unroll(
     if net.gru_size <= 0:
         return e, net.apply(params, e, method="q")
 
-    def step(h, xs):
-        e_t, first_t = xs
-        h = jnp.where(first_t[:, None], jnp.zeros_like(h), h)
-        h = net.apply(params, h, e_t, method="recur")
-        return h, h
-
-    _, hs = jax.lax.scan(step, carry0, (e, first))
+    # zeroing the state before step t where first[t] = zeroing it after step t - 1
+    c0 = jnp.where(first[0][:, None], 0.0, carry0)
+    ends = jnp.concatenate([first[1:], jnp.zeros_like(first[:1])])
+    hs = net.apply(params, c0, e, ends, method="sequence")
     return hs, net.apply(params, hs, method="q")
 
 
