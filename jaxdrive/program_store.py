@@ -7,14 +7,16 @@ for a large env such as MJX's Humanoid). A `ProgramStore` keys a serialized exec
 (`jax.experimental.serialize_executable`) by what determines the program instead:
 
 * the caller's material (the experiment scripts: the program's name, the chunk
-  capacity and the config's hash, seed and device count included);
+  capacity and the hash of the config without its seed, which only makes the init's
+  key argument; the device count included);
 * the environment (`environment_fingerprint`): the name and version of every installed
   distribution (jax and jaxlib among them), the backend, its platform version,
   the device kinds and counts, ``XLA_FLAGS`` and the jax settings that change programs;
 * the source (`source_digest`): the bytes of every file of the loaded packages and
   modules that are not part of an installed distribution or of Python itself (this
-  repository's packages, the user's modules), so that any edit of code that could be
-  traced gives another key.
+  repository's packages, the user's modules; a folder with ``*.dist-info`` entries,
+  e.g. a ``pip install --target`` one, counts as installed), so that any edit of code
+  that could be traced gives another key.
 
 Use it only where the program is a function of that key: the experiment scripts build
 the env and the trainer from the config alone. A program built from objects made

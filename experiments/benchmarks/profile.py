@@ -37,7 +37,9 @@ def define_flags() -> None:
     can import its functions)."""
     flags.DEFINE_list("targets", ["tag_k10", "tag_a2c"], "workloads to profile (module docstring)")
     flags.DEFINE_integer("top", 25, "kernels to list per target")
-    flags.DEFINE_integer("seeds", 1, "training targets: seeds vmapped in one program", lower_bound=1)
+    flags.DEFINE_integer(
+        "seeds", 1, "training targets: seeds vmapped in one program", lower_bound=1
+    )
     flags.DEFINE_bool("tiny", False, "tiny sizes (CPU check)")
     flags.DEFINE_string("trace_dir", "", "where traces go (default: a temporary folder)")
     flags.DEFINE_bool("auto_reset", True, "env-only targets: auto-reset finished envs")

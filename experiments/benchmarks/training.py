@@ -75,7 +75,7 @@ def time_training(
     env, _, trainer = _build(config)
     # the state is donated, as the training loop donates it (an off-policy replay
     # buffer is then updated in place instead of copied by every call)
-    one = lambda rs: trainer.chunk(rs, iterations)  # noqa: E731
+    one = lambda rs: trainer.chunk(rs, iterations)
     init = jax.jit(trainer.init)
     if num_seeds > 1:
         one, init = jax.vmap(one), jax.jit(jax.vmap(trainer.init))
