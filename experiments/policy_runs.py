@@ -14,6 +14,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import time
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -69,13 +71,28 @@ class _Program:
         self.jitted = jitted
         self._job: Any = None
         self._exe: Any = None
+        self._keep: tuple | None = None  # (store, key, args, outputs) to store once built
 
-    def start(self, *args: Any) -> None:
-        """Lowers for ``args`` (arrays or `jax.ShapeDtypeStruct`s) and starts compiling."""
+    def start(self, *args: Any, store: Any = None, key: str = "", outputs: Any = None) -> None:
+        """Lowers for ``args`` (arrays or `jax.ShapeDtypeStruct`s) and starts compiling;
+        with a `jaxdrive.program_store.ProgramStore` ``store``, loads the executable kept
+        under ``key`` instead (results structured as ``outputs``), or keeps the one built."""
         from jaxdrive.aot import compile_async
 
-        if self._job is None and self._exe is None:
-            self._job = compile_async(self.jitted, *args)
+        if self._job is not None or self._exe is not None:
+            return
+        if store is not None:
+            t0 = time.perf_counter()
+            self._exe = store.load_executable(key, args, lambda meta: outputs)
+            if self._exe is not None:
+                logging.info(
+                    "evaluation program loaded from the program store in %.1f s",
+                    time.perf_counter() - t0,
+                )
+                return
+        self._job = compile_async(self.jitted, *args)
+        if store is not None:
+            self._keep = (store, key, args, outputs)
 
     def __call__(self, *args: Any) -> Any:
         from jaxdrive.aot import matches
@@ -84,6 +101,9 @@ class _Program:
             self._exe, info = self._job.result()
             self._job = None
             logging.info("evaluation program %s", info.text())
+            if self._keep is not None:
+                store, key, lowered_args, outputs = self._keep
+                store.save_executable(key, self._exe, lowered_args, outputs, {})
         if self._exe is not None and matches(self._exe, args):
             return self._exe(*args)
         return self.jitted(*args)
@@ -190,15 +210,33 @@ def compile_evaluation(
     deterministic: bool = True,
     max_steps: int | None = None,
     animation_steps: int | None = None,
+    program_store: Any = None,
+    material: Mapping[str, Any] | None = None,
 ) -> None:
     """Starts compiling, in a worker thread (`jaxdrive.aot`), the program that
     `evaluate_policy` with these settings runs; ``params_by_policy`` may be abstract
     (`jax.ShapeDtypeStruct` leaves, e.g. `jax.eval_shape` of ``trainer.get_params``).
     The run scripts call it as training starts, so that evaluations and the animation
-    at the end find their program compiled."""
+    at the end find their program compiled. With a `jaxdrive.program_store.ProgramStore`
+    ``program_store``, the program is loaded from it where the same ``material`` (what
+    identifies the env and trainer, e.g. the config's hash) and settings stored it, and
+    stored there once built."""
     max_steps, record = _settings(env, episodes, max_steps, animation_steps, False)
     program = _eval_program(env, trainer, episodes, deterministic, max_steps, record)
-    program.start(params_by_policy, env_params, jax.ShapeDtypeStruct((2,), jnp.uint32))
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    if program_store is None:
+        program.start(params_by_policy, env_params, key)
+        return
+    states = dones = None
+    if record:  # the first episode's states: the env state's structure
+        states = jax.eval_shape(lambda k: env.reset(k, env_params)[0], key)
+        dones = 0
+    outputs = ({g: 0 for g in env.groups}, 0, 0, states, dones)
+    settings = {"episodes": episodes, "deterministic": bool(deterministic)}
+    name = program_store.key(
+        {**material, "program": "evaluation", **settings, "max_steps": max_steps, "record": record}
+    )
+    program.start(params_by_policy, env_params, key, store=program_store, key=name, outputs=outputs)
 
 
 def evaluate_policy(

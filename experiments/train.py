@@ -27,7 +27,7 @@ else ``$JAXDRIVE_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxdrive/xla`` or
 ``~/.cache/jaxdrive/xla``); a folder that cannot be written is a one-line warning and a
 run without the cache (`experiments.common.setup_compilation_cache`). With
 ``--program_store`` (default true) its subfolder ``programs``
-keeps the init and chunk executables under a key of the config (any seed), the
+keeps the init, chunk and evaluation executables under a key of the config (any seed), the
 source and the installed packages (`jaxdrive.program_store`): the same config started
 again loads them without tracing or lowering. The init and chunk
 programs compile ahead of time, side by side; the log says how long the chunk took and
@@ -66,7 +66,7 @@ from absl import app, flags, logging
 from experiments import common
 from jaxdrive.checkpoint import Checkpointer, config_hash, step_folders
 from jaxdrive.logging import plot_curves, read_metrics
-from jaxdrive.loop import TrainingDivergedError, chunk_size, train_loop
+from jaxdrive.loop import TrainingDivergedError, chunk_size, program_material, train_loop
 from jaxdrive.program_store import ProgramStore
 from jaxdrive.runfolder import CHECKPOINT_DIR, plain_config, resume_point
 from jaxdrive.runlock import RunLock
@@ -225,12 +225,16 @@ def _train(
     anim_kw = dict(episodes=1, deterministic=True, max_steps=anim_steps)  # render_rollout's
     gif: list[str | None] = []
 
+    store = ProgramStore(program_store) if program_store else None
+
     def compile_ahead(abstract_state: Any) -> None:
         """Starts compiling the evaluation / animation program while training compiles."""
         if not (eval_every or animate):
             return
         params = jax.eval_shape(trainer.get_params, abstract_state)
-        kw = eval_kw if eval_every else {**anim_kw, "animation_steps": anim_steps}
+        kw = dict(eval_kw) if eval_every else {**anim_kw, "animation_steps": anim_steps}
+        if store is not None:
+            kw.update(program_store=store, material=program_material(trainer))
         common.compile_evaluation(env, env_params, trainer, params, **kw)
 
     on_chunk = None
@@ -272,7 +276,7 @@ def _train(
         check_config=not allow_config_change,
         metadata={"env_name": config["env_name"], "algorithm": config["algorithm"]},
         compile_ahead=compile_ahead,
-        program_store=ProgramStore(program_store) if program_store else None,
+        program_store=store,
     )
     plots = plot_curves(workdir) if primary else []
     if animate and primary and not gif:  # no evaluation at the end recorded it
@@ -398,7 +402,8 @@ def _define_flags() -> None:
     common.define_compilation_cache_flags()
     flags.DEFINE_bool(
         "program_store", True,
-        "keep the init and chunk executables in the cache folder's programs/ and load them "
+        "keep the init, chunk and evaluation executables in the cache folder's programs/ "
+        "and load them "
         "when the same config starts again (needs --compilation_cache)",
     )  # fmt: skip
     flags.mark_flag_as_required("config")

@@ -59,6 +59,7 @@ __all__ = [
     "TrainingDivergedError",
     "chunk_size",
     "is_checked_metric",
+    "program_material",
     "train_loop",
 ]
 
@@ -379,12 +380,7 @@ def train_loop(
                 closers.insert(0, logger.close)
         elif logger is not None:
             closers.insert(0, logger.flush)
-        material = {
-            # the seed only makes the init's key argument: seeds share their programs
-            "config": config_hash(plain_config(trainer.config), ignore=("run", "seed")),
-            "process": jax.process_index(),
-        }
-        programs = programs_for(trainer, ipc, program_store, material)
+        programs = programs_for(trainer, ipc, program_store, program_material(trainer))
         finished = point is not None and int(point.get("iteration", -1)) >= total
         if total > 0 and not finished and not programs.chunk_ready:
             log.info("compiling the init and chunk programs…")
@@ -431,6 +427,16 @@ def train_loop(
         total_seconds=time.perf_counter() - t_start,
     )
     return state, history
+
+
+def program_material(trainer: Trainer) -> dict[str, Any]:
+    """What identifies ``trainer``'s programs in a `ProgramStore` besides each program's
+    name and settings: the hash of its config without ``run`` and ``seed`` (the seed only
+    makes the init's key argument, so seeds share their programs) and the process."""
+    return {
+        "config": config_hash(plain_config(trainer.config), ignore=("run", "seed")),
+        "process": jax.process_index(),
+    }
 
 
 def _run_chunks(

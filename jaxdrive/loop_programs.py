@@ -22,9 +22,7 @@ while the chunk compiles. Programs are kept per trainer (`programs_for`), so rep
 
 from __future__ import annotations
 
-import importlib
 import logging
-import threading
 import time
 import weakref
 from collections.abc import Mapping
@@ -174,45 +172,17 @@ class LoopPrograms:
         if self._store is None:
             return None
         t0 = time.perf_counter()
-        got = self._store.load(self._store_key(name))
-        if got is None:
-            return None
-        payload, meta = got
-        try:
-            from jax.experimental import serialize_executable
-
-            _bind_lazy_kernels()
-            in_tree = jax.tree.structure((tuple(args), {}))
-            out_tree = jax.tree.structure(outputs(meta))
-            exe = serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
-        except Exception as e:  # an entry that does not load is a miss, never an error
-            log.info("program store: %s did not load (%s); building it", name, e)
+        exe = self._store.load_executable(self._store_key(name), args, outputs)
+        if exe is None:
             return None
         return exe, CompileInfo(name, 0.0, time.perf_counter() - t0, "yes, from the program store")
 
     def _save(self, name: str, executable: Any, args: tuple, meta: dict[str, Any]) -> None:
-        """Stores a built executable in a thread of its own (the run goes on), where its
+        """Stores a built executable (in a thread of its own: the run goes on), where its
         argument and result structures are the ones `_load` rebuilds."""
-        if self._store is None:
-            return
-        key = self._store_key(name)
-
-        def save() -> None:
-            from jax.experimental import serialize_executable
-
-            try:
-                payload, in_tree, out_tree = serialize_executable.serialize(executable)
-            except Exception as e:  # not serializable here: nothing stored
-                log.info("program store: %s not stored (%s)", name, e)
-                return
+        if self._store is not None:
             outputs = self._chunk_outputs(meta) if name == "chunk" else self._shapes
-            same_in = in_tree == jax.tree.structure((tuple(args), {}))
-            if same_in and out_tree == jax.tree.structure(outputs):
-                self._store.save(key, payload, meta)
-            else:
-                log.info("program store: %s not stored (its structures are not rebuilt)", name)
-
-        threading.Thread(target=save).start()
+            self._store.save_executable(self._store_key(name), executable, args, outputs, meta)
 
     def init(self, key: jax.Array) -> Any:
         """The fresh runner state for ``key`` (waits for the init program)."""
@@ -247,21 +217,6 @@ class LoopPrograms:
             exe, info = compile_async(self._chunk, *args).result()
         self._chunk_exe = exe
         return exe, info
-
-
-def _bind_lazy_kernels() -> None:
-    """Binds the kernels JAX binds only while lowering a program that uses them (which a
-    loaded program skips): LAPACK's (CPU linear algebra) and, on GPUs, the custom calls of
-    Pallas's Triton and Mosaic GPU kernels."""
-    from jax._src.lax import linalg
-
-    linalg.initialize_lapack()
-    if jax.default_backend() == "gpu":
-        for name in ("triton", "mosaic_gpu"):
-            try:
-                importlib.import_module(f"jax._src.pallas.{name}.pallas_call_registration")
-            except ImportError:  # a jax without that backend
-                continue
 
 
 _PROGRAMS: weakref.WeakKeyDictionary[Trainer, dict[int, LoopPrograms]] = weakref.WeakKeyDictionary()

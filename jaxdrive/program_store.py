@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import importlib.metadata
 import json
 import logging
@@ -39,12 +40,13 @@ import os
 import sys
 import sysconfig
 import tempfile
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 
-__all__ = ["ProgramStore", "environment_fingerprint", "source_digest"]
+__all__ = ["ProgramStore", "bind_lazy_kernels", "environment_fingerprint", "source_digest"]
 
 log = logging.getLogger("jaxdrive.program_store")
 
@@ -186,6 +188,52 @@ class ProgramStore:
             return None
         return payload, meta
 
+    def load_executable(
+        self, key: str, args: tuple, outputs: Callable[[dict[str, Any]], Any]
+    ) -> Any | None:
+        """The executable stored under ``key`` for arguments like ``args`` (arrays or
+        `jax.ShapeDtypeStruct` s), its results structured as ``outputs(meta)``; ``None``
+        where there is none or it does not load (logged: a miss, never an error)."""
+        got = self.load(key)
+        if got is None:
+            return None
+        payload, meta = got
+        try:
+            from jax.experimental import serialize_executable
+
+            bind_lazy_kernels()
+            in_tree = jax.tree.structure((tuple(args), {}))
+            out_tree = jax.tree.structure(outputs(meta))
+            return serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+        except Exception as e:  # an entry that does not load is a miss, never an error
+            log.info("program store: %s did not load (%s); building it", key, e)
+            return None
+
+    def save_executable(
+        self, key: str, executable: Any, args: tuple, outputs: Any, meta: Mapping[str, Any]
+    ) -> threading.Thread:
+        """Stores ``executable`` under ``key`` with ``meta`` in a thread of its own (the
+        caller goes on; the thread is returned), where its argument and result structures
+        are those of ``args`` and ``outputs`` (what `load_executable` rebuilds them from)."""
+
+        def save() -> None:
+            from jax.experimental import serialize_executable
+
+            try:
+                payload, in_tree, out_tree = serialize_executable.serialize(executable)
+            except Exception as e:  # not serializable here: nothing stored
+                log.info("program store: %s not stored (%s)", key, e)
+                return
+            same_in = in_tree == jax.tree.structure((tuple(args), {}))
+            if same_in and out_tree == jax.tree.structure(outputs):
+                self.save(key, payload, meta)
+            else:
+                log.info("program store: %s not stored (its structures are not rebuilt)", key)
+
+        thread = threading.Thread(target=save)
+        thread.start()
+        return thread
+
     def save(self, key: str, payload: bytes, meta: Mapping[str, Any]) -> bool:
         """Writes ``payload`` (a serialized executable) and ``meta`` (JSON-able) under
         ``key``, whole or not at all; ``False`` (and one log line) where it cannot."""
@@ -203,3 +251,18 @@ class ProgramStore:
             if tmp is not None and os.path.exists(tmp):
                 os.remove(tmp)
             return False
+
+
+def bind_lazy_kernels() -> None:
+    """Binds the kernels JAX binds only while lowering a program that uses them (which a
+    loaded program skips): LAPACK's (CPU linear algebra) and, on GPUs, the custom calls of
+    Pallas's Triton and Mosaic GPU kernels."""
+    from jax._src.lax import linalg
+
+    linalg.initialize_lapack()
+    if jax.default_backend() == "gpu":
+        for name in ("triton", "mosaic_gpu"):
+            try:
+                importlib.import_module(f"jax._src.pallas.{name}.pallas_call_registration")
+            except ImportError:  # a jax without that backend
+                continue

@@ -15,10 +15,12 @@ import pytest
 pytest.importorskip("algorithms.ppo.train")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-#: 2 iterations of 4 envs x 16 steps in one chunk, no animation, no progress bar.
+#: 2 iterations of 4 envs x 16 steps in one chunk, evaluation episodes after it, no
+#: animation, no progress bar.
 ARGS = (
     "--config=experiments/configs/cartpole.py:tiny",
     "--config.total_env_steps=128",
+    "--config.run.eval_every_chunks=1",
     "--noprogress",
     "--noanimation",
 )
@@ -66,18 +68,26 @@ def _compiled_line(out: subprocess.CompletedProcess) -> str:
 
 def test_second_run_loads_the_first_chunk_from_the_default_cache(tmp_path):
     """The default folder is ``$XDG_CACHE_HOME/jaxdrive/xla``; the first run fills it
-    (its init and chunk executables in ``programs/``), and the same command into a new
-    run folder loads its chunk from there and stores nothing new."""
+    (its init, chunk and evaluation executables in ``programs/``), and the same command
+    into a new run folder loads them from there, stores nothing new and evaluates the
+    same returns."""
     cache = tmp_path / "xdg" / "jaxdrive" / "xla"
     first = _train(tmp_path, str(tmp_path / "run1"))
     assert _compiled_line(first).rstrip().endswith("from cache: no)")
     stored = _entries(cache)
     assert stored, "the first run stored no compiled program"
-    assert len(_entries(cache / "programs")) == 2  # the init and chunk executables
+    assert len(_entries(cache / "programs")) == 3  # the init, chunk and evaluation
     assert not os.path.exists(tmp_path / "home" / ".cache" / "jaxdrive")
     second = _train(tmp_path, str(tmp_path / "run2"))
     assert _compiled_line(second).rstrip().endswith("from cache: yes, from the program store)")
+    assert "evaluation program loaded from the program store" in second.stderr
     assert _entries(cache) == stored  # every program came from the cache
+
+    def evals(run: str) -> list:
+        with open(tmp_path / run / "eval.jsonl") as f:
+            return [json.loads(line)["returns"] for line in f]
+
+    assert evals("run1") and evals("run2") == evals("run1")
     third = _train(tmp_path, str(tmp_path / "run3"), "--program_store=false")
     assert _compiled_line(third).rstrip().endswith("from cache: yes)")  # traced, XLA cached
 
