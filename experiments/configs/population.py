@@ -33,8 +33,17 @@ def _smax(presets: list[str]) -> ml_collections.ConfigDict:
     from experiments.configs import smax
 
     c = smax.get_config(",".join(p for p in presets if p in (*_SMAX_PRESETS, "tiny")))
+    # seeds trained side by side: no leaderboard (its K snapshots with their optimiser
+    # states would be most of a checkpoint: 8 of 27m_vs_30m's GRU learners ≈ 100 MB)
     c.population = ml_collections.ConfigDict(
-        {**POPULATION_DEFAULTS, "size": 3, "hparams": {}, "mode": "none", "score": "win_rate"}
+        {
+            **POPULATION_DEFAULTS,
+            "size": 3,
+            "hparams": {},
+            "mode": "none",
+            "score": "win_rate",
+            "tournament": {"leaderboard_size": 0},
+        }
     )
     return c
 
@@ -93,6 +102,9 @@ def get_config(preset: str = "cartpole") -> ml_collections.ConfigDict:
     c = _smax(presets) if tasks[0] == "smax" else _task(tasks[0], "tiny" in presets)
     if "tournament" in presets:
         c.population.mode = "tournament"
+        c.population.tournament.leaderboard_size = POPULATION_DEFAULTS["tournament"][
+            "leaderboard_size"
+        ]
     if "fixed" in presets:
         c.population.mode = "none"
     return c
