@@ -403,8 +403,7 @@ def _define_flags() -> None:
     flags.DEFINE_bool(
         "program_store", True,
         "keep the init, chunk and evaluation executables in the cache folder's programs/ "
-        "and load them "
-        "when the same config starts again (needs --compilation_cache)",
+        "and load them when the same config starts again (needs --compilation_cache)",
     )  # fmt: skip
     flags.mark_flag_as_required("config")
 

@@ -10,7 +10,8 @@ for a large env such as MJX's Humanoid). A `ProgramStore` keys a serialized exec
   capacity and the hash of the config without its seed, which only makes the init's
   key argument; the device count included);
 * the environment (`environment_fingerprint`): the name and version of every installed
-  distribution (jax and jaxlib among them), the backend, its platform version,
+  distribution (jax and jaxlib among them; metadata in installed-packages folders only,
+  not a checkout's ``*.egg-info``), the backend, its platform version,
   the device kinds and counts, ``XLA_FLAGS`` and the jax settings that change programs;
 * the source (`source_digest`): the bytes of every file of the loaded packages and
   modules that are not part of an installed distribution or of Python itself (this
@@ -88,15 +89,20 @@ def _own_files() -> list[tuple[str, str]]:
     that modules imported only later (inside traced functions) count too."""
     roots = _installed_roots()
     out = set()
-    for name in {n.split(".", 1)[0] for n in list(sys.modules)}:
+    # ``__main__`` last: a script run with ``-m`` is already part of its package, and how
+    # a program was started (``-m``, a profiler, a notebook) does not change its key
+    names = {n.split(".", 1)[0] for n in list(sys.modules)} - {"__main__"}
+    for name in [*sorted(names), "__main__"]:
         mod = sys.modules.get(name)
         path = getattr(mod, "__file__", None)
         if not path or os.path.realpath(path).startswith(roots):
             continue
         dirs = [os.path.realpath(d) for d in getattr(mod, "__path__", ())]
         if not dirs:
-            if path.endswith(".py") and os.path.isfile(path):
-                out.add((name, os.path.realpath(path)))
+            real = os.path.realpath(path)
+            if real.endswith(".py") and os.path.isfile(real):
+                if name != "__main__" or all(real != f for _, f in out):
+                    out.add((name, real))
             continue
         for d in dirs:
             for here, subdirs, files in os.walk(d):
@@ -120,8 +126,14 @@ def _installed_distributions() -> tuple[tuple[str, str], ...]:
     """``(name, version, digest of its RECORD)`` of every installed distribution (any
     install, upgrade or reinstall changes the key: modules imported only while tracing
     count too)."""
+    roots = _installed_roots()
     found = set()
     for d in importlib.metadata.distributions():
+        # metadata found beside source on sys.path (a checkout's egg-info, seen or not
+        # depending on how Python was started) is not an install: the source digest
+        # covers that code
+        if not (os.path.realpath(str(d.locate_file(""))) + os.sep).startswith(roots):
+            continue
         record = d.read_text("RECORD") or ""  # its files' hashes: a reinstall of changed code
         digest = hashlib.sha256(record.encode()).hexdigest()
         found.add((d.metadata["Name"] or "", d.version, digest))

@@ -43,6 +43,34 @@ def test_key_covers_material_source_and_environment(tmp_path, monkeypatch):
     assert ps.ProgramStore(tmp_path).key({"config": "x"}) != a.key({"config": "x"})
 
 
+def test_key_does_not_depend_on_how_python_was_started(tmp_path, monkeypatch):
+    """Metadata beside source on ``sys.path`` (a checkout's ``*.egg-info``, seen only when
+    the checkout is the working folder) and a ``__main__`` that is a module of a package
+    already counted leave the key as it is; a folder of installed packages (with
+    ``*.dist-info``, e.g. ``pip install --target``) is not hashed as source."""
+    import sys
+    import types
+
+    before = (ps._installed_distributions(), ps.source_digest())
+    checkout = tmp_path / "checkout"
+    (checkout / "somepkg.egg-info").mkdir(parents=True)
+    (checkout / "somepkg.egg-info" / "PKG-INFO").write_text("Name: somepkg\nVersion: 1.0\n")
+    monkeypatch.syspath_prepend(str(checkout))
+    main = types.ModuleType("__main__")
+    main.__file__ = ps.__file__  # as `python -m jaxdrive.program_store` would have it
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    assert (ps._installed_distributions(), ps.source_digest()) == before
+    target = tmp_path / "target"
+    (target / "tgtpkg").mkdir(parents=True)
+    (target / "tgtpkg" / "__init__.py").write_text("")
+    (target / "tgtpkg-1.0.dist-info").mkdir()
+    monkeypatch.syspath_prepend(str(target))
+    monkeypatch.setitem(sys.modules, "tgtpkg", types.ModuleType("tgtpkg"))
+    sys.modules["tgtpkg"].__file__ = str(target / "tgtpkg" / "__init__.py")
+    sys.modules["tgtpkg"].__path__ = [str(target / "tgtpkg")]
+    assert "tgtpkg" not in {name for name, _ in ps._own_files()}
+
+
 def _trainer(**changes):
     c = cartpole.get_config("tiny")
     for k, v in changes.items():
