@@ -162,10 +162,15 @@ class ProgramStore:
 
     Args:
       folder: where entries live (created on first save).
+      max_bytes: the folder's size bound: after a save, the entries used least recently
+        (a load counts as a use) are deleted until the rest fit (the newest always stays).
+        Configs that differ only in traced hyper-parameters (a learning-rate sweep) have
+        programs of their own here, so a sweep would otherwise grow the folder without end.
     """
 
-    def __init__(self, folder: str | os.PathLike):
+    def __init__(self, folder: str | os.PathLike, max_bytes: int = 4 << 30):
         self.folder = os.path.abspath(os.fspath(folder))
+        self.max_bytes = int(max_bytes)
         self._env_key: str | None = None
 
     def key(self, material: Mapping[str, Any]) -> str:
@@ -190,6 +195,7 @@ class ProgramStore:
         try:
             with open(path, "rb") as f:
                 blob = f.read()
+            os.utime(path)  # used now: evicted last
             n = int.from_bytes(blob[:8], "little")
             meta = json.loads(blob[8 : 8 + n].decode())
             payload = blob[8 + n :]
@@ -199,6 +205,31 @@ class ProgramStore:
             log.info("program store: %s unreadable (%s); building the program", path, e)
             return None
         return payload, meta
+
+    def _evict(self, keep: str) -> None:
+        """Deletes the least recently used entries (modification times) until the folder
+        fits ``max_bytes``; ``keep`` (the entry just written) is never deleted."""
+        entries = []
+        for name in os.listdir(self.folder):
+            path = os.path.join(self.folder, name)
+            if name.endswith(".program") and path != keep:
+                try:
+                    st = os.stat(path)
+                except OSError:  # deleted meanwhile (another process)
+                    continue
+                entries.append((st.st_mtime, st.st_size, path))
+        total = sum(size for _, size, _ in entries) + os.path.getsize(keep)
+        for _, size, path in sorted(entries):
+            if total <= self.max_bytes:
+                break
+            try:
+                os.remove(path)
+            except OSError:
+                continue
+            total -= size
+            log.info(
+                "program store: %s evicted (the folder is over %d bytes)", path, self.max_bytes
+            )
 
     def load_executable(
         self, key: str, args: tuple, outputs: Callable[[dict[str, Any]], Any]
@@ -257,6 +288,7 @@ class ProgramStore:
             with os.fdopen(fd, "wb") as f:
                 f.write(len(header).to_bytes(8, "little") + header + payload)
             os.replace(tmp, self._path(key))
+            self._evict(keep=self._path(key))
             return True
         except (OSError, TypeError, ValueError) as e:  # a run never fails for its store
             log.info("program store: cannot store %s (%s)", key, e)

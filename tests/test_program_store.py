@@ -34,6 +34,18 @@ def test_entries_round_trip_and_bad_ones_are_misses(tmp_path):
     assert [n for n in os.listdir(tmp_path / "programs") if n.startswith(".tmp")] == []
 
 
+def test_the_folder_keeps_its_size_bound_evicting_the_least_recently_used(tmp_path):
+    store = ps.ProgramStore(tmp_path, max_bytes=3000)
+    for i, k in enumerate("abc"):
+        assert store.save(k, b"x" * 900, {})
+        os.utime(tmp_path / f"{k}.program", (100 + i, 100 + i))  # a, b, c: oldest first
+    assert store.load("a") is not None  # a load is a use: "a" is now the newest
+    assert store.save("d", b"x" * 900, {})  # over 3000 bytes: the least recent goes
+    assert sorted(os.listdir(tmp_path)) == ["a.program", "c.program", "d.program"]
+    assert ps.ProgramStore(tmp_path, max_bytes=10).save("e", b"x" * 900, {})
+    assert os.listdir(tmp_path) == ["e.program"]  # the newest stays even when too big
+
+
 def test_key_covers_material_source_and_environment(tmp_path, monkeypatch):
     a = ps.ProgramStore(tmp_path)
     assert a.key({"config": "x"}) == a.key({"config": "x"}) != a.key({"config": "y"})
