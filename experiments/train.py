@@ -146,8 +146,8 @@ def run(
     program_store: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Trains ``config`` into ``workdir``; returns the summary written to summary.json.
-    With ``program_store`` (a folder), the init and chunk programs of a config run
-    before are loaded from it instead of being built (`jaxdrive.program_store`).
+    With ``program_store`` (a folder), the init, chunk and evaluation programs of a
+    config run before are loaded from it instead of being built (`jaxdrive.program_store`).
 
     The config is validated (the env and trainer are built) and the run folder
     checked before anything is written or created; process 0 then holds the folder's

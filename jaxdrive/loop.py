@@ -380,7 +380,8 @@ def train_loop(
                 closers.insert(0, logger.close)
         elif logger is not None:
             closers.insert(0, logger.flush)
-        programs = programs_for(trainer, ipc, program_store, program_material(trainer))
+        material = program_material(trainer) if program_store is not None else None
+        programs = programs_for(trainer, ipc, program_store, material)
         finished = point is not None and int(point.get("iteration", -1)) >= total
         if total > 0 and not finished and not programs.chunk_ready:
             log.info("compiling the init and chunk programs…")

@@ -122,7 +122,7 @@ def source_digest() -> str:
 
 
 @functools.cache
-def _installed_distributions() -> tuple[tuple[str, str], ...]:
+def _installed_distributions() -> tuple[tuple[str, str, str], ...]:
     """``(name, version, digest of its RECORD)`` of every installed distribution (any
     install, upgrade or reinstall changes the key: modules imported only while tracing
     count too)."""

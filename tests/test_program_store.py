@@ -55,7 +55,7 @@ def test_key_covers_material_source_and_environment(tmp_path, monkeypatch):
     assert ps.ProgramStore(tmp_path).key({"config": "x"}) != a.key({"config": "x"})
 
 
-def test_key_does_not_depend_on_how_python_was_started(tmp_path, monkeypatch):
+def test_key_does_not_depend_on_how_python_was_started(tmp_path, monkeypatch, request):
     """Metadata beside source on ``sys.path`` (a checkout's ``*.egg-info``, seen only when
     the checkout is the working folder) and a ``__main__`` that is a module of a package
     already counted leave the key as it is; a folder of installed packages (with
@@ -63,7 +63,12 @@ def test_key_does_not_depend_on_how_python_was_started(tmp_path, monkeypatch):
     import sys
     import types
 
-    before = (ps._installed_distributions(), ps.source_digest())
+    def key_parts():  # the distributions are cached per process: read them afresh
+        ps._installed_distributions.cache_clear()
+        return ps._installed_distributions(), ps.source_digest()
+
+    request.addfinalizer(ps._installed_distributions.cache_clear)
+    before = key_parts()
     checkout = tmp_path / "checkout"
     (checkout / "somepkg.egg-info").mkdir(parents=True)
     (checkout / "somepkg.egg-info" / "PKG-INFO").write_text("Name: somepkg\nVersion: 1.0\n")
@@ -71,7 +76,7 @@ def test_key_does_not_depend_on_how_python_was_started(tmp_path, monkeypatch):
     main = types.ModuleType("__main__")
     main.__file__ = ps.__file__  # as `python -m jaxdrive.program_store` would have it
     monkeypatch.setitem(sys.modules, "__main__", main)
-    assert (ps._installed_distributions(), ps.source_digest()) == before
+    assert key_parts() == before
     target = tmp_path / "target"
     (target / "tgtpkg").mkdir(parents=True)
     (target / "tgtpkg" / "__init__.py").write_text("")
