@@ -113,7 +113,8 @@ def _eval_program(
     env: Any, trainer: Any, episodes: int, deterministic: bool, max_steps: int, record: int
 ) -> _Program:
     """The program ``run(params_by_policy, env_params, key) -> (returns {g: [E]}, length
-    [E], alive [E], states, dones)`` of `evaluate_policy`, built once per setting:
+    [E], alive [E], won [E] | None, states, dones)`` of `evaluate_policy`, built once per
+    setting (``won``: whether the episode ended won, for envs whose ``extras`` say so):
     ``states`` are the first episode's states ``[record + 1, ...]`` (reset, then after
     each step) and ``dones`` its ``done`` flags ``[record]`` (``None`` when ``record`` is
     0)."""
@@ -143,7 +144,7 @@ def _eval_program(
         hc0 = None if init_carry is None else init_carry((episodes,))
 
         def body(carry, k):
-            state, ts, ret, alive, length, hc = carry
+            state, ts, ret, alive, length, hc, won = carry
             k_act, k_env = jax.random.split(k)
             if hc is None:
                 actions = policy(params_by_policy, k_act, ts.obs, ts.action_mask)
@@ -152,20 +153,23 @@ def _eval_program(
             state, ts = venv.step(k_env, state, actions, env_params)
             ret = {g: ret[g] + jnp.where(alive[:, None], ts.reward[g], 0.0) for g in groups}
             length = length + alive.astype(jnp.int32)
+            if won is not None:
+                won = won | (alive & ts.done & ts.extras["won"])
             alive = alive & ~ts.done
             shown = (first(state), ts.done[0]) if record else None
-            return (state, ts, ret, alive, length, hc), shown
+            return (state, ts, ret, alive, length, hc, won), shown
 
         state0 = state
-        carry = (state, ts, ret0, alive0, jnp.zeros((episodes,), jnp.int32), hc0)
-        (_, _, ret, alive, length, _), shown = jax.lax.scan(
+        won0 = jnp.zeros((episodes,), bool) if "won" in ts.extras else None
+        carry = (state, ts, ret0, alive0, jnp.zeros((episodes,), jnp.int32), hc0, won0)
+        (_, _, ret, alive, length, _, won), shown = jax.lax.scan(
             body, carry, jax.random.split(k_loop, max_steps)
         )
         states = dones = None
         if record:
             steps, dones = jax.tree.map(lambda x: x[:record], shown)
             states = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first(state0), steps)
-        return {g: ret[g].mean(axis=1) for g in groups}, length, alive, states, dones
+        return {g: ret[g].mean(axis=1) for g in groups}, length, alive, won, states, dones
 
     program = _Program(run)
     while len(_EVAL_PROGRAMS) >= _EVAL_PROGRAMS_KEPT:
@@ -228,10 +232,11 @@ def compile_evaluation(
         program.start(params_by_policy, env_params, key)
         return
     states = dones = None
+    state, ts = jax.eval_shape(lambda k: env.reset(k, env_params), key)
     if record:  # the first episode's states: the env state's structure
-        states = jax.eval_shape(lambda k: env.reset(k, env_params)[0], key)
-        dones = 0
-    outputs = ({g: 0 for g in env.groups}, 0, 0, states, dones)
+        states, dones = state, 0
+    won = 0 if "won" in ts.extras else None
+    outputs = ({g: 0 for g in env.groups}, 0, 0, won, states, dones)
     settings = {"episodes": episodes, "deterministic": bool(deterministic)}
     name = program_store.key(
         {**material, "program": "evaluation", **settings, "max_steps": max_steps, "record": record}
@@ -267,11 +272,12 @@ def evaluate_policy(
     ``"animation"``, the written path or ``None``, when ``animation`` is given) where an
     episode's return of group ``g`` is the mean over its agents of each agent's summed
     reward; ``unfinished`` counts episodes still running at ``max_steps`` and
-    ``nonfinite`` the non-finite returns (over groups).
+    ``nonfinite`` the non-finite returns (over groups). Envs whose time steps' ``extras``
+    hold ``"won"`` (SMAX) add ``"win_rate"``: the fraction of episodes that ended won.
     """
     max_steps, record = _settings(env, episodes, max_steps, animation_steps, bool(animation))
     run = _eval_program(env, trainer, episodes, deterministic, max_steps, record)
-    rets, length, alive, states, dones = jax.device_get(
+    rets, length, alive, won, states, dones = jax.device_get(
         run(params_by_policy, env_params, _raw_key(key))
     )
     result = {
@@ -291,6 +297,8 @@ def evaluate_policy(
             for g, r in rets.items()
         },
     }
+    if won is not None:
+        result["win_rate"] = float(np.mean(won))
     if animation:
         result["animation"] = animate_states(env, env_params, states, dones, animation, fps=fps)
     return result

@@ -298,6 +298,23 @@ def test_resume_from_checkpoint_is_exact_and_no_retrace(gru_run, tmp_path):
     assert gru_run.chunk._cache_size() == 1  # no retrace for the chunk's own output
 
 
+def test_shared_core_learns_with_one_torso_and_one_core():
+    """``shared_torso`` with a GRU: one torso and one core feed both heads (no critic
+    parameters or carry of their own), and the memory task is learnt (more slowly than
+    with two cores: the value loss shares the core's gradient)."""
+    c = memory_config("gru")
+    c.policies.agent.shared_torso = True
+    trainer = algorithms.make_train(c, ENV, ENV.default_params)
+    rs, m = jit(trainer)(jax.random.PRNGKey(0))
+    params = trainer.get_params(rs)["agent"]["params"]["params"]
+    assert set(params) == {"actor_torso", "actor_rnn", "actor_head", "value_head"}
+    assert set(rs.policies["agent"].carry) == {"actor"}
+    ret = np.asarray(m["episode_return/agent"])
+    # beyond what memory-less policies can reach (3 in expectation, see below)
+    assert ret[:3].mean() < 3.0 and ret[-3:].mean() > 4.0, ret
+    assert _eval(trainer, rs) > 4.5
+
+
 def test_act_needs_the_carry(gru_run):
     tr, params = gru_run.trainer, gru_run.trainer.get_params(gru_run.rs)
     obs = jnp.zeros((3, 2, 2))
@@ -315,7 +332,10 @@ def test_act_needs_the_carry(gru_run):
     "policy, message",
     [
         ({"core": "rnn"}, r"config.policies.agent.core must be one of"),
-        ({"core": "gru", "shared_torso": True}, "shared_torso cannot be combined with a recurrent"),
+        (
+            {"core": "gru", "shared_torso": True, "critic_core": "lstm"},
+            "shared_torso shares the actor's core with the critic, so critic_core must stay",
+        ),
         (
             {"core": "gru", "num_minibatches": 3},
             r"num_minibatches=3 does not divide the 32 sequences",
@@ -354,16 +374,19 @@ def test_smax_configs_are_valid(preset):
 
 
 def test_recurrent_suite_ratios():
-    """The benchmark suite's ratio lines: GRU and LSTM against feed-forward, per case."""
+    """The benchmark suite's ratio lines: GRU, LSTM and a shared GRU against
+    feed-forward, per case."""
     from experiments.benchmarks.recurrent import ratio_lines
 
     recs = [
         {"name": "tag", "core": "mlp", "env_steps_per_s": 200.0},
         {"name": "tag_gru", "core": "gru", "env_steps_per_s": 100.0},
         {"name": "tag_lstm", "core": "lstm", "env_steps_per_s": 50.0},
+        {"name": "tag_gru_shared", "core": "gru_shared", "env_steps_per_s": 150.0},
         {"name": "cp", "core": "mlp", "env_steps_per_s": 10.0},
     ]
     assert ratio_lines(recs) == [
         "recurrent tag: GRU / feed-forward = 0.50x",
         "recurrent tag: LSTM / feed-forward = 0.25x",
+        "recurrent tag: GRU_SHARED / feed-forward = 0.75x",
     ]

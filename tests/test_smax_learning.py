@@ -126,6 +126,9 @@ def test_smax_suite_row_is_finite_at_tiny_size(tmp_path):
     assert r["num_seeds"] == 2 and r["episodes"] > 0 and r["wall_s_incl_compile"] > 0
     rates = r["final_win_rates"]
     assert len(rates) == 2 and all(x is not None and 0.0 <= x <= 1.0 for x in rates)
+    greedy = r["greedy_win_rates"]  # each seed's final policy, deterministic episodes
+    assert r["eval_episodes"] == 8 and len(greedy) == 2
+    assert all(x is not None and x in {k / 8 for k in range(9)} for x in greedy)
     assert r["curve"] and r["curve"][-1]["env_steps"] == r["total_env_steps"]
     assert r["target_win_rate"] == 0.9 and r["reached"] in (True, False)
     with pytest.raises(ValueError, match="unknown run"):

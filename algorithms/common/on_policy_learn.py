@@ -25,10 +25,10 @@ network over its ``[T, B / n_mb]`` sequences from the carries stored at the roll
 start, resetting them where episodes ended (as acting did), so at the first gradient
 step the log-probs and values equal those of acting (ratio 1).
 
-**Row padding** (feed-forward policies): each minibatch gets masked-out zero rows up to
-a multiple of `row_multiple` (a power of two, ≤ 1.6% more rows), so GEMM row counts have
-a large power-of-two factor and XLA needs no padded copies of the activations; every
-loss term is a masked mean, so the update is unchanged.
+**Row padding**: each minibatch gets masked-out zero rows (recurrent policies: zero
+sequences) up to a multiple of `row_multiple` (a power of two, ≤ 1.6% more rows), so
+GEMM row counts have a large power-of-two factor and XLA needs no padded copies of the
+activations; every loss term is a masked mean, so the update is unchanged.
 """
 
 from __future__ import annotations
@@ -103,9 +103,11 @@ def _minibatches(setup: OnPolicySetup, p: str, batch: dict, key: jax.Array) -> d
 
 def _sequence_minibatches(setup: OnPolicySetup, p: str, batch: dict, key: jax.Array) -> dict:
     """A recurrent policy's ``batch`` (``{k: [M = T·B, ...]}`` plus ``carry0`` leaves
-    ``[NL, A_p, S]``) as minibatches of whole sequences: ``{k: [n_mb, T, B / n_mb, ...]}``,
-    ``carry0`` leaves ``[n_mb, B / n_mb, S]`` and ``env`` ``[n_mb, B / n_mb]`` (local env
-    index of each sequence)."""
+    ``[NL, A_p, S]``) as minibatches of whole sequences: ``{k: [n_mb, T, B_mb, ...]}``,
+    ``carry0`` leaves ``[n_mb, B_mb, S]`` and ``env`` ``[n_mb, B_mb]`` (local env index of
+    each sequence). ``B_mb``: ``B / n_mb`` padded with all-zero sequences (``mask``
+    False) to a multiple of `row_multiple` ``(B / n_mb)``, so that the ``T·B_mb`` rows of
+    the weight-gradient GEMMs need no padded copies."""
     ps = setup.policies[p]
     n_mb, T, NL, A = ps.minibatches, setup.run.num_steps, setup.num_local_envs, ps.spec.num_agents
     B = NL * A
@@ -118,10 +120,17 @@ def _sequence_minibatches(setup: OnPolicySetup, p: str, batch: dict, key: jax.Ar
             blocks = blocks + jax.lax.axis_index(setup.axis) * nb
         perm = jax.vmap(lambda k: jax.random.permutation(k, n_mb))(setup.env_keys(key, blocks))
         idx = (jnp.arange(nb, dtype=jnp.int32)[:, None] * n_mb + perm).T  # [n_mb, nb]
+    # masked-out padding sequences (index B: gathered as zeros, mask False)
+    extra = -idx.shape[1] % row_multiple(idx.shape[1])
+    idx = jnp.pad(idx, ((0, 0), (0, extra)), constant_values=B)
+
+    def take(x, axis):  # x's entries idx along axis, zeros for the padding
+        return jnp.take(x, idx, axis=axis, mode="fill", fill_value=0)
+
     seq = {k: x.reshape(T, B, *x.shape[1:]) for k, x in batch.items() if k != "carry0"}
-    mbs = {k: jnp.moveaxis(x[:, idx], 1, 0) for k, x in seq.items()}
-    mbs["carry0"] = jax.tree.map(lambda c: c.reshape(B, *c.shape[2:])[idx], batch["carry0"])
-    mbs["env"] = idx // A
+    mbs = {k: jnp.moveaxis(take(x, 1), 1, 0) for k, x in seq.items()}
+    mbs["carry0"] = jax.tree.map(lambda c: take(c.reshape(B, *c.shape[2:]), 0), batch["carry0"])
+    mbs["env"] = jnp.minimum(idx // A, NL - 1)
     return mbs
 
 

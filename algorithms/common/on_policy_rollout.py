@@ -88,7 +88,7 @@ def rollout(setup: OnPolicySetup, rs: RunnerState, key: jax.Array) -> tuple[Any,
     }
     joints = {
         p: joint_head_params(act_params[p], setups[p].action_spec)
-        if setups[p].hp["shared_torso"]
+        if setups[p].hp["shared_torso"] and not setups[p].recurrent
         else None
         for p in names
     }

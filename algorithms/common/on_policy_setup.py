@@ -287,8 +287,11 @@ def _check_recurrent(spec: PolicySpec, run: RunSpec, single_step: bool) -> None:
     """Recurrent policies learn from whole sequences: minibatches split the
     ``N·A_p`` sequences (``N/D·A_p`` on each device), never the steps."""
     hp, where = spec.hp, f"policy {spec.name!r}"
-    if hp["shared_torso"]:
-        raise ValueError(f"{where}: shared_torso cannot be combined with a recurrent core")
+    if hp["shared_torso"] and hp["critic_core"] != "same":
+        raise ValueError(
+            f"{where}: shared_torso shares the actor's core with the critic, so critic_core "
+            f"must stay 'same', got {hp['critic_core']!r}"
+        )
     local = run.num_envs // run.num_devices * spec.num_agents
     if not single_step and local % hp["num_minibatches"]:
         raise ValueError(
@@ -316,6 +319,7 @@ def _network(spec: PolicySpec, action_spec: ActionSpec, obs_size: int, padded: b
             actor_kind=actor,
             critic_kind=critic,
             core_size=hp["core_size"],
+            shared=hp["shared_torso"],
             **kw,
         )
     return ActorCritic(action_spec, hp["hidden_sizes"], hp["activation"], hp["shared_torso"], **kw)

@@ -13,6 +13,11 @@ The policy config keys (`RECURRENT_POLICY_DEFAULTS`, checked by `RECURRENT_RULES
 * ``critic_core``: the critic's core, ``"same"`` (as ``core``, the default) or one of the
   kinds above; the critic reads ``critic_obs -> MLP -> core -> value``.
 * ``core_size``: ``H``.
+* ``shared_torso`` (a policy key of every on-policy algorithm): with a recurrent ``core``,
+  one torso and one core serve both heads, ``obs -> MLP -> core -> (head, value)`` (the
+  layout of PureJaxRL's recurrent PPO): half the recurrent work of two cores; the critic
+  then reads the actor's observation (no ``centralized_critic``) and ``critic_core``
+  must stay ``"same"``.
 
 `RecurrentCore` is one GRU (the gates of ``flax.linen.GRUCell``) or LSTM (those of
 ``flax.linen.OptimizedLSTMCell``) layer over a whole sequence: the input projection of
@@ -79,9 +84,13 @@ RECURRENT_RULES: dict[str, Rule] = {
 
 
 def core_kinds(hp: dict[str, Any]) -> tuple[str, str]:
-    """``(actor core, critic core)`` kinds of a policy's checked hyper-parameters."""
+    """``(actor core, critic core)`` kinds of a policy's checked hyper-parameters; with
+    ``shared_torso`` the critic has no core of its own (``"mlp"``): its value head reads
+    the actor's core."""
     actor = hp.get("core", "mlp")
     critic = hp.get("critic_core", "same")
+    if hp.get("shared_torso", False):
+        return actor, "mlp"
     return actor, actor if critic == "same" else critic
 
 
@@ -340,7 +349,9 @@ def run_cores(
 
 class RecurrentActorCritic(nn.Module):
     """Actor ``obs -> MLP -> core -> head`` and critic ``critic_obs -> MLP -> core ->
-    value``, each core a `RecurrentCore` or none (``"mlp"``: the torso feeds the head).
+    value``, each core a `RecurrentCore` or none (``"mlp"``: the torso feeds the head);
+    ``shared=True``: one torso and the actor's core feed both heads (``critic_obs`` must
+    be ``None``, ``critic_kind`` is ignored and the carry has no ``"critic"`` entry).
 
     ``carry``: ``{"actor": [..., S], "critic": [..., S]}`` (entries only for recurrent
     cores; `initial_carry`). ``__call__(carry, obs [T, ..., O], ends [T, ...],
@@ -363,6 +374,7 @@ class RecurrentActorCritic(nn.Module):
     critic_features: int | None = None
     compute_dtype: Any = jnp.float32
     bias_column: bool = False
+    shared: bool = False
 
     def setup(self) -> None:
         mlp = functools.partial(
@@ -373,11 +385,12 @@ class RecurrentActorCritic(nn.Module):
             bias_column=self.bias_column,
         )
         self.actor_torso = mlp(in_features=self.obs_features)
-        self.critic_torso = mlp(in_features=self.critic_features)
         if self.actor_kind != "mlp":
             self.actor_rnn = RecurrentCore(self.actor_kind, self.core_size)
-        if self.critic_kind != "mlp":
-            self.critic_rnn = RecurrentCore(self.critic_kind, self.core_size)
+        if not self.shared:
+            self.critic_torso = mlp(in_features=self.critic_features)
+            if self.critic_kind != "mlp":
+                self.critic_rnn = RecurrentCore(self.critic_kind, self.core_size)
         self.actor_head = ActionHead(self.spec, self.compute_dtype)
         self.value_head = DenseParams(
             1, kernel_init=orthogonal(1.0), bias_init=nn.initializers.zeros
@@ -389,9 +402,13 @@ class RecurrentActorCritic(nn.Module):
         """The torsos, the cores (one time scan for both) and the heads of the actor and/or
         the critic; ``ends=False``: ``obs [..., O]`` is one step (no reset)."""
         feats, cores, names = {}, [], []
-        if actor:
+        if self.shared:
+            if critic_obs is not None:
+                raise ValueError("a shared torso and core cannot read a critic input")
             feats["actor"] = self.actor_torso(obs)
-        if critic:
+        elif actor:
+            feats["actor"] = self.actor_torso(obs)
+        if critic and not self.shared:
             feats["critic"] = self.critic_torso(obs if critic_obs is None else critic_obs)
         for name, kind in (("actor", self.actor_kind), ("critic", self.critic_kind)):
             if name in feats and kind != "mlp":
@@ -408,7 +425,7 @@ class RecurrentActorCritic(nn.Module):
         dist = self.actor_head(feats["actor"]) if actor else None
         value = None
         if critic:
-            h = feats["critic"]
+            h = feats["actor" if self.shared else "critic"]
             value = affine(h, *self.value_head(h.shape[-1]), self.compute_dtype)[..., 0]
         return carry, dist, value
 

@@ -4,7 +4,8 @@ Each case trains the same config (env, batch, PPO settings) three times in the s
 process and on the same device: with feed-forward policies, with a GRU and with an LSTM
 after each torso (actor and critic, truncated BPTT over the rollout), and reports the env
 steps/s of each and the ratios to feed-forward (the target: GRU ≥ 0.5× feed-forward on
-Tag):
+Tag), and once more with one GRU shared by actor and critic (``shared_torso``,
+PureJaxRL's layout):
 
 * Tag (continuous) 1000 envs × (10 taggers + 100 runners), 25 steps per iteration, PPO
   with WarpDrive's networks (the train suite's ``tag_ppo``), cores of 128;
@@ -17,8 +18,9 @@ from typing import Any
 
 __all__ = ["CORE_KINDS", "RECURRENT_CASES", "ratio_lines", "run_recurrent_suite"]
 
-#: The policies' cores each case is timed with (``"mlp"``: feed-forward, the baseline).
-CORE_KINDS = ("mlp", "gru", "lstm")
+#: The policies' cores each case is timed with (``"mlp"``: feed-forward, the baseline;
+#: ``"gru_shared"``: one torso and one GRU for actor and critic, ``shared_torso``).
+CORE_KINDS = ("mlp", "gru", "lstm", "gru_shared")
 
 # (name, config file, overrides of every run, its policies, the cores' size)
 RECURRENT_CASES = [
@@ -46,7 +48,10 @@ def run_recurrent_suite(
     records = []
     for name, cfg, over, policies, size in RECURRENT_CASES if cases is None else cases:
         for kind in CORE_KINDS:
-            cores = {} if kind == "mlp" else {f"policies.{p}.core": kind for p in policies}
+            core = kind.removesuffix("_shared")
+            cores = {} if kind == "mlp" else {f"policies.{p}.core": core for p in policies}
+            if kind.endswith("_shared"):
+                cores.update({f"policies.{p}.shared_torso": True for p in policies})
             sizes = {} if kind == "mlp" else {f"policies.{p}.core_size": size for p in policies}
             config = load_config(cfg, "", **over, **cores, **sizes)
             config.total_env_steps = max(
@@ -68,8 +73,8 @@ def run_recurrent_suite(
 
 
 def ratio_lines(records: list[dict[str, Any]]) -> list[str]:
-    """``GRU / feed-forward`` and ``LSTM / feed-forward`` env-steps/s ratios of each case
-    in ``records`` (those measured)."""
+    """``GRU / feed-forward``, ``LSTM / feed-forward`` and ``GRU_SHARED / feed-forward``
+    env-steps/s ratios of each case in ``records`` (those measured)."""
     by_name = {r["name"]: r for r in records}
     lines = []
     for rec in records:

@@ -10,8 +10,9 @@ Runs (`SMAX_RUNS`; SMAX through the JaxMARL adapter, ``jaxdrive.make("jaxmarl:sm
 * ``qmix_smax``: QMIX on ``3s5z`` (`experiments.configs.qlearning`, JaxMARL's
   ``ql_rnn_smax.yaml`` settings and 10M-step budget); its target is JaxMARL's own QMIX
   at the same budget, measured beside it, so the record holds no fixed target;
-* ``mappo_27m_vs_30m`` (not run by default): recurrent MAPPO on ``27m_vs_30m``, 20M env
-  steps, target win rate 0.7.
+* ``mappo_27m_vs_30m`` and ``mappo_27m_vs_30m_mava`` (not run by default): recurrent
+  MAPPO on ``27m_vs_30m`` with JaxMARL's and with Mava's settings, 20M env steps, target
+  win rate 0.7.
 
 Each run is one compiled program (``jax.vmap`` over ``num_seeds`` seeds, ``C``
 iterations as one scan; the seeds' initial states are built one by one and stacked)
@@ -19,11 +20,12 @@ called ``K / C`` times, timed from the start, compile included;
 ``budget_s`` can stop a run early (the record says how far it got). The win rate of
 iterations ``a..b`` is the fraction of the episodes that ended in them that were won
 (the trainers' ``win_rate`` weighted by ``episodes_done``); the final win rate and
-return, per seed, are those of the last ``_WINDOW`` iterations. The curve has points
-at the ends of calls (at most ``_CURVE_POINTS``, evenly spaced), each the seeds' mean over the
-``_WINDOW`` iterations before it, at its measured wall time. Time to target: the first
-iteration at which that windowed mean reaches the target (its wall time interpolated
-within its call).
+return, per seed, are those of the last ``_WINDOW`` iterations; ``greedy_win_rates``, per
+seed, that of its final policy's deterministic episodes (after the timed run). The curve
+has points at the ends of calls (at most ``_CURVE_POINTS``, evenly spaced), each the
+seeds' mean over the ``_WINDOW`` iterations before it, at its measured wall time. Time
+to target: the first iteration at which that windowed mean reaches the target (its wall
+time interpolated within its call).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import algorithms
 import jaxdrive
 from experiments.benchmarks.qlearning import QLEARNING_RUNS, qlearning_records
 from experiments.benchmarks.training import load_config
+from experiments.policy_runs import evaluate_policy
 
 __all__ = [
     "DEFAULT_MARL_RUNS",
@@ -58,6 +61,7 @@ SMAX_RUNS = (
     ("mappo_ff_2s3z", "smax", "2s3z,ff", 0.9),
     ("qmix_smax", "qlearning", "qmix_smax", None),
     ("mappo_27m_vs_30m", "smax", "27m_vs_30m", 0.7),
+    ("mappo_27m_vs_30m_mava", "smax", "27m_vs_30m,mava", 0.7),
 )
 #: The runs of the suite when none are named.
 DEFAULT_SMAX_RUNS = ("mappo_smax", "mappo_ff_smax", "mappo_ff_2s3z", "qmix_smax")
@@ -66,6 +70,7 @@ MARL_RUNS = tuple(r[0] for r in QLEARNING_RUNS) + tuple(r[0] for r in SMAX_RUNS)
 DEFAULT_MARL_RUNS = tuple(r[0] for r in QLEARNING_RUNS) + DEFAULT_SMAX_RUNS
 _CURVE_POINTS = 20
 _WINDOW = 5
+_EVAL_EPISODES = 512  # greedy test episodes per seed (JaxMARL's TEST_NUM_ENVS)
 
 
 def windowed_rate(value: np.ndarray, done: np.ndarray, window: int) -> np.ndarray:
@@ -118,13 +123,20 @@ def _curve_iterations(num_calls: int, C: int) -> list[int]:
 
 
 def smax_run(
-    name: str, config: Any, num_seeds: int, target: float | None, budget_s: float = 0.0
+    name: str,
+    config: Any,
+    num_seeds: int,
+    target: float | None,
+    budget_s: float = 0.0,
+    eval_episodes: int = _EVAL_EPISODES,
 ) -> dict[str, Any]:
     """Trains ``config`` on ``num_seeds`` vmapped seeds; the record of the module
     docstring. The iterations run as calls of one compiled chunk (`_chunk_size`); with
     ``budget_s > 0`` no chunk starts that would end (at the last chunk's pace) after
     ``budget_s`` seconds from the start, compile included (``completed`` says whether
-    every iteration ran)."""
+    every iteration ran). After training (untimed), each seed's final policy plays
+    ``eval_episodes`` deterministic (greedy) episodes (`evaluate_policy`):
+    ``greedy_win_rates`` (JaxMARL's test metric; 0: none)."""
     env, params = jaxdrive.make(config.env_name, **dict(config.env_kwargs))
     trainer = algorithms.make_train(config, env, params)
     K, per_iter = trainer.num_iterations, trainer.env_steps_per_iteration
@@ -144,6 +156,14 @@ def smax_run(
         ends.append(time.perf_counter() - t0)
         if budget_s > 0 and 2 * ends[-1] - ends[-2] > budget_s:
             break
+    greedy = []
+    for i in range(num_seeds if eval_episodes > 0 else 0):
+        seed_params = trainer.get_params(jax.tree.map(lambda x, i=i: x[i], rs))
+        res = evaluate_policy(
+            env, params, trainer, seed_params, jax.random.PRNGKey(1000 + i),
+            episodes=eval_episodes,
+        )  # fmt: skip
+        greedy.append(_json_float(res.get("win_rate", float("nan"))))
     m = {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
     done = np.asarray(m["episodes_done"])  # [S, k_done]
     win = windowed_rate(m["win_rate"], done, _WINDOW)  # [S, k_done]
@@ -187,6 +207,8 @@ def smax_run(
         "final_win_rates": [_json_float(x) for x in final_win],
         "final_win_rate": _json_float(_seed_mean(final_win)),
         "final_returns": [_json_float(x) for x in ret[:, -1]],
+        "eval_episodes": eval_episodes,
+        "greedy_win_rates": greedy,
         "target_win_rate": target,
         "reached": None if target is None else ttt is not None,
         "time_to_target": ttt,
@@ -214,9 +236,10 @@ def smax_records(
         config = load_config(cfg, f"{preset},tiny" if tiny else preset)
         if env_steps > 0:
             config.total_env_steps = int(env_steps)
-        rec = smax_run(name, config, num_seeds, target, budget_s)
+        rec = smax_run(name, config, num_seeds, target, budget_s, 8 if tiny else _EVAL_EPISODES)
         print(
             f"marl_learning {name:<16} win rate {rec['final_win_rates']} "
+            f"(greedy {rec['greedy_win_rates']}) "
             f"(target {target}, reached at {rec['time_to_target']}) in "
             f"{rec['wall_s_incl_compile']:.1f} s (compile {rec['compile_s']:.1f} s), "
             f"{rec['total_env_steps']:,} env steps × {num_seeds} seeds",

@@ -42,7 +42,8 @@ def test_evaluation_and_animation_share_one_rollout(tmp_path):
     assert plain["episode_length"] == res["episode_length"]
     # the first episode's recorded states are the first env's, cut after its first done
     program = policy_runs._eval_program(env, trainer, 3, True, 6, 4)
-    _, length, _, states, dones = program(None, params, key)
+    _, length, _, won, states, dones = program(None, params, key)
+    assert won is None  # this env says nothing of wins
     assert program.jitted._cache_size() == 0  # only the ahead-of-time executable ran
     assert jax.tree.leaves(states)[0].shape[0] == 5 and dones.shape == (4,)
     first_done = int(np.argmax(dones)) if np.any(dones) else None
