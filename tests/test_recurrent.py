@@ -190,7 +190,9 @@ def counter_config():
     c = base_config("ppo", "counter", policies={"red": ["red"], "blue": ["blue"]})
     c.num_envs, c.num_steps, c.total_env_steps = 4, 10, 40
     c.algo.update(centralized_critic=True, num_minibatches=2, num_epochs=2)
-    c.policies.red.update(core="gru", core_size=8, hidden_sizes=(8,), agent_ids=True)
+    c.policies.red.update(
+        core="gru", core_size=8, hidden_sizes=(8,), agent_ids=True, post_core_sizes=(8,)
+    )
     c.policies.blue.update(core="lstm", critic_core="gru", core_size=6, hidden_sizes=(8,))
     return c
 
@@ -315,6 +317,22 @@ def test_shared_core_learns_with_one_torso_and_one_core():
     assert _eval(trainer, rs) > 4.5
 
 
+def test_post_core_layers_with_a_shared_core():
+    """``post_core_sizes`` puts dense layers between the core and each head: with a shared
+    core, one MLP per head after it (the sequence re-run with them is checked against
+    acting in `test_sequence_rerun_equals_acting`)."""
+    c = memory_config("gru", iters=2)
+    c.policies.agent.update(shared_torso=True, post_core_sizes=(8, 4))
+    trainer = algorithms.make_train(c, ENV, ENV.default_params)
+    rs, m = jit(trainer)(jax.random.PRNGKey(0))
+    params = trainer.get_params(rs)["agent"]["params"]["params"]
+    assert set(params) == {
+        "actor_torso", "actor_rnn", "actor_post", "critic_post", "actor_head", "value_head"
+    }  # fmt: skip
+    assert params["critic_post"]["dense_1"]["kernel"].shape == (8, 4)
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(m))
+
+
 def test_act_needs_the_carry(gru_run):
     tr, params = gru_run.trainer, gru_run.trainer.get_params(gru_run.rs)
     obs = jnp.zeros((3, 2, 2))
@@ -341,6 +359,7 @@ def test_act_needs_the_carry(gru_run):
             r"num_minibatches=3 does not divide the 32 sequences",
         ),
         ({"critic_core": "gru", "core_size": 0}, r"core_size must be a positive integer"),
+        ({"core": "gru", "post_core_sizes": (0,)}, r"post_core_sizes entries must be"),
     ],
 )
 def test_config_errors(policy, message):

@@ -94,6 +94,13 @@ def sizes(v: Any, name: str) -> tuple[int, ...]:
     return tuple(integer(1)(h, f"{name} entries") for h in v)
 
 
+def sizes_or_none(v: Any, name: str) -> tuple[int, ...]:
+    """A (possibly empty) sequence of positive layer sizes."""
+    if isinstance(v, str) or not isinstance(v, Sequence | np.ndarray):
+        raise ValueError(f"{name} must be a list of layer sizes (may be empty), got {v!r}")
+    return tuple(integer(1)(h, f"{name} entries") for h in v)
+
+
 def max_grad_norm_or_off(v: Any, name: str) -> float:
     return 0.0 if v is None else number(0.0)(v, name)
 

@@ -320,6 +320,7 @@ def _network(spec: PolicySpec, action_spec: ActionSpec, obs_size: int, padded: b
             critic_kind=critic,
             core_size=hp["core_size"],
             shared=hp["shared_torso"],
+            post_sizes=tuple(hp["post_core_sizes"]),
             **kw,
         )
     return ActorCritic(action_spec, hp["hidden_sizes"], hp["activation"], hp["shared_torso"], **kw)

@@ -13,6 +13,9 @@ The policy config keys (`RECURRENT_POLICY_DEFAULTS`, checked by `RECURRENT_RULES
 * ``critic_core``: the critic's core, ``"same"`` (as ``core``, the default) or one of the
   kinds above; the critic reads ``critic_obs -> MLP -> core -> value``.
 * ``core_size``: ``H``.
+* ``post_core_sizes``: dense layers (with the torso's activation) between a core and its
+  head, ``()`` (the default) for none: ``obs -> MLP -> core -> MLP -> head`` (JaxMARL's
+  and Mava's recurrent MAPPO put one 128-unit layer there).
 * ``shared_torso`` (a policy key of every on-policy algorithm): with a recurrent ``core``,
   one torso and one core serve both heads, ``obs -> MLP -> core -> (head, value)`` (the
   layout of PureJaxRL's recurrent PPO): half the recurrent work of two cores; the critic
@@ -44,7 +47,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from algorithms.common.config_rules import Rule, choice, integer
+from algorithms.common.config_rules import Rule, choice, integer, sizes_or_none
 from algorithms.common.init import orthogonal
 from algorithms.common.layers import MLP, DenseParams, affine
 from algorithms.common.networks import ActionHead, ActionSpec
@@ -73,6 +76,7 @@ RECURRENT_POLICY_DEFAULTS: dict[str, Any] = {
     "core": "mlp",  # actor core: "mlp" (feed-forward) | "gru" | "lstm"
     "critic_core": "same",  # critic core: "same" (as core) | "mlp" | "gru" | "lstm"
     "core_size": 128,  # hidden size H of the cores
+    "post_core_sizes": (),  # dense layers between a core and its head
 }
 
 #: Value rules of `RECURRENT_POLICY_DEFAULTS`.
@@ -80,6 +84,7 @@ RECURRENT_RULES: dict[str, Rule] = {
     "core": choice(lambda: CORES),
     "critic_core": choice(lambda: ("same", *CORES)),
     "core_size": integer(1),
+    "post_core_sizes": sizes_or_none,
 }
 
 
@@ -352,6 +357,8 @@ class RecurrentActorCritic(nn.Module):
     value``, each core a `RecurrentCore` or none (``"mlp"``: the torso feeds the head);
     ``shared=True``: one torso and the actor's core feed both heads (``critic_obs`` must
     be ``None``, ``critic_kind`` is ignored and the carry has no ``"critic"`` entry).
+    ``post_sizes``: dense layers after each core (``obs -> MLP -> core -> MLP -> head``;
+    with ``shared``, one such MLP per head).
 
     ``carry``: ``{"actor": [..., S], "critic": [..., S]}`` (entries only for recurrent
     cores; `initial_carry`). ``__call__(carry, obs [T, ..., O], ends [T, ...],
@@ -375,6 +382,7 @@ class RecurrentActorCritic(nn.Module):
     compute_dtype: Any = jnp.float32
     bias_column: bool = False
     shared: bool = False
+    post_sizes: Sequence[int] = ()
 
     def setup(self) -> None:
         mlp = functools.partial(
@@ -391,6 +399,13 @@ class RecurrentActorCritic(nn.Module):
             self.critic_torso = mlp(in_features=self.critic_features)
             if self.critic_kind != "mlp":
                 self.critic_rnn = RecurrentCore(self.critic_kind, self.core_size)
+        post = functools.partial(
+            MLP, tuple(self.post_sizes), self.activation, dtype=self.compute_dtype
+        )
+        if self.post_sizes and self.actor_kind != "mlp":
+            self.actor_post = post()
+        if self.post_sizes and (self.critic_kind != "mlp" or self.shared):
+            self.critic_post = post()
         self.actor_head = ActionHead(self.spec, self.compute_dtype)
         self.value_head = DenseParams(
             1, kernel_init=orthogonal(1.0), bias_init=nn.initializers.zeros
@@ -422,10 +437,17 @@ class RecurrentActorCritic(nn.Module):
             carry = {**carry, **dict(zip(names, cs, strict=True))}
             for n, y in zip(names, ys, strict=True):
                 feats[n] = y[0] if ends is False else y
+        if self.shared and critic:
+            feats["critic"] = feats["actor"]
+        if self.post_sizes:  # the MLPs after the cores
+            if actor and self.actor_kind != "mlp":
+                feats["actor"] = self.actor_post(feats["actor"])
+            if critic and (self.critic_kind != "mlp" or self.shared):
+                feats["critic"] = self.critic_post(feats["critic"])
         dist = self.actor_head(feats["actor"]) if actor else None
         value = None
         if critic:
-            h = feats["actor" if self.shared else "critic"]
+            h = feats["critic"]
             value = affine(h, *self.value_head(h.shape[-1]), self.compute_dtype)[..., 0]
         return carry, dist, value
 

@@ -16,8 +16,9 @@ Presets (``--config=experiments/configs/smax.py:27m_vs_30m,mava``, comma-separat
 ``3s5z`` (the default map), ``2s3z`` (2 stalkers and 3 zealots a side, the map of
 JaxMARL's ``mappo_homogenous_rnn_smax.yaml``), ``27m_vs_30m`` (27 marines against 30:
 20M env steps), ``ff`` (feed-forward actor and critic: two 128-unit dense layers, no GRU),
-``mava`` (Mava's ``rec_mappo`` defaults instead: lr 2.5e-4 without decay, 2 minibatches,
-entropy 0.01, max grad norm 0.5, GRU of 256 after a 128-unit layer, agent IDs on),
+``mava`` (Mava's ``rec_mappo`` defaults instead: 32 envs (its 16 per device × an update
+batch of 2), lr 2.5e-4 without decay, 2 minibatches, entropy 0.01, max grad norm 0.5, a
+128-unit layer, a GRU of 128 and a 128-unit layer before each head, agent IDs on),
 ``tiny`` (a few small iterations of 12-step battles: tests).
 """
 
@@ -71,7 +72,8 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         c.policies.ally.update(hidden_sizes=(128, 128), core="mlp")
     if "mava" in presets:
         c.algo.update(num_minibatches=2, ent_coef=0.01, max_grad_norm=0.5, lr_schedule="constant")
-        c.policies.ally.update(lr=2.5e-4, core_size=256)
+        c.num_envs = 32
+        c.policies.ally.update(lr=2.5e-4, core_size=128, post_core_sizes=(128,))
     if "tiny" in presets:
         c.num_envs = 4
         c.num_steps = 16

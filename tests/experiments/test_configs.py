@@ -155,7 +155,8 @@ def effective(c: Any) -> dict[str, Any]:
     # policy keys added after the record, at their defaults, change no run: left out
     later = {**RECURRENT_POLICY_DEFAULTS, **AGENT_ID_DEFAULTS, "reward_scale": 1.0}
     name = {k: k.rsplit(".", 1)[-1] for k in out}
-    return {k: v for k, v in out.items() if name[k] not in later or later[name[k]] != v}
+    same = lambda a, b: json.dumps(a) == json.dumps(b)  # a tuple default, a list value
+    return {k: v for k, v in out.items() if name[k] not in later or not same(later[name[k]], v)}
 
 
 def _fingerprint(values: dict[str, Any]) -> str:
