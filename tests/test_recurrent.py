@@ -317,6 +317,23 @@ def test_shared_core_learns_with_one_torso_and_one_core():
     assert _eval(trainer, rs) > 4.5
 
 
+def test_padded_sequence_minibatches_train_alike(monkeypatch):
+    """Sequence minibatches padded with all-zero, masked-out sequences (for aligned GEMMs)
+    update exactly as unpadded ones (advantage normalisation ignores them too)."""
+    from algorithms.common import on_policy_learn
+
+    c = memory_config("gru", iters=2)
+    c.algo.normalize_advantages = True
+    out = {}
+    for name, mult in (("plain", 1), ("padded", 64)):
+        monkeypatch.setattr(on_policy_learn, "row_multiple", lambda rows, m=mult: m)
+        trainer = algorithms.make_train(c, ENV, ENV.default_params)
+        rs, m = jit(trainer)(jax.random.PRNGKey(0))
+        out[name] = jax.device_get((trainer.get_params(rs), m))
+    for x, y in zip(jax.tree.leaves(out["plain"]), jax.tree.leaves(out["padded"]), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=1e-6)
+
+
 def test_post_core_layers_with_a_shared_core():
     """``post_core_sizes`` puts dense layers between the core and each head: with a shared
     core, one MLP per head after it (the sequence re-run with them is checked against
