@@ -129,6 +129,8 @@ def evaluate(
         rets = "  ".join(
             f"{g}={r['mean']:.4g} ± {r['std']:.3g}" for g, r in result["returns"].items()
         )
+        if "win_rate" in result:  # envs that say whether an episode was won (SMAX)
+            rets += f", win rate {result['win_rate']:.1%}"
         print(
             f"checkpoint {result['step']} ({result['env_steps']} env steps), "
             f"{episodes} {'deterministic' if deterministic else 'sampled'} episodes, "

@@ -136,7 +136,7 @@ def smax_run(
     ``budget_s`` seconds from the start, compile included (``completed`` says whether
     every iteration ran). After training (untimed), each seed's final policy plays
     ``eval_episodes`` deterministic (greedy) episodes (`evaluate_policy`):
-    ``greedy_win_rates`` (JaxMARL's test metric; 0: none)."""
+    ``greedy_win_rates`` (JaxMARL's test metric; ``eval_episodes=0``: none)."""
     env, params = jaxdrive.make(config.env_name, **dict(config.env_kwargs))
     trainer = algorithms.make_train(config, env, params)
     K, per_iter = trainer.num_iterations, trainer.env_steps_per_iteration
