@@ -47,7 +47,7 @@ from typing import Any
 
 import jax
 
-__all__ = ["ProgramStore", "bind_lazy_kernels", "environment_fingerprint", "source_digest"]
+__all__ = ["ProgramStore", "environment_fingerprint", "source_digest"]
 
 log = logging.getLogger("jaxdrive.program_store")
 
@@ -244,7 +244,7 @@ class ProgramStore:
         try:
             from jax.experimental import serialize_executable
 
-            bind_lazy_kernels()
+            _bind_lazy_kernels()
             in_tree = jax.tree.structure((tuple(args), {}))
             out_tree = jax.tree.structure(outputs(meta))
             return serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
@@ -297,7 +297,7 @@ class ProgramStore:
             return False
 
 
-def bind_lazy_kernels() -> None:
+def _bind_lazy_kernels() -> None:
     """Binds the kernels JAX binds only while lowering a program that uses them (which a
     loaded program skips): LAPACK's (CPU linear algebra) and, on GPUs, the custom calls of
     Pallas's Triton and Mosaic GPU kernels."""

@@ -91,7 +91,7 @@ def sizes(v: Any, name: str) -> tuple[int, ...]:
     """A non-empty sequence of positive layer sizes."""
     if isinstance(v, str) or not isinstance(v, Sequence | np.ndarray) or len(v) == 0:
         raise ValueError(f"{name} must list at least one layer size, got {v!r}")
-    return tuple(integer(1)(h, f"{name} entries") for h in v)
+    return sizes_or_none(v, name)
 
 
 def sizes_or_none(v: Any, name: str) -> tuple[int, ...]:

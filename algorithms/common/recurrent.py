@@ -417,11 +417,9 @@ class RecurrentActorCritic(nn.Module):
         """The torsos, the cores (one time scan for both) and the heads of the actor and/or
         the critic; ``ends=False``: ``obs [..., O]`` is one step (no reset)."""
         feats, cores, names = {}, [], []
-        if self.shared:
-            if critic_obs is not None:
-                raise ValueError("a shared torso and core cannot read a critic input")
-            feats["actor"] = self.actor_torso(obs)
-        elif actor:
+        if self.shared and critic_obs is not None:
+            raise ValueError("a shared torso and core cannot read a critic input")
+        if actor or self.shared:
             feats["actor"] = self.actor_torso(obs)
         if critic and not self.shared:
             feats["critic"] = self.critic_torso(obs if critic_obs is None else critic_obs)
