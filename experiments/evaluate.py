@@ -7,7 +7,9 @@ unless ``--allow_config_change``), rebuilds the env and trainer, restores the ne
 checkpoint that restores and verifies (or ``--step``), plays ``--episodes`` episodes in
 parallel on the device (deterministic actions unless ``--nodeterministic``), prints the
 mean return per group, then writes ``<workdir>/eval.json``; ``--animation=path.gif``
-also animates the first of them (envs with a renderer; the same rollout). Bad input
+also animates the first of them (envs with a renderer; the same rollout). A population
+run folder (`experiments.population`) is evaluated member by member (``--member=i``: one
+member), with a line per member and the mean over them. Bad input
 and file-system errors are one ``error: <path>: <cause>`` line, exit status 2.
 
 Compiled programs are kept in JAX's persistent compilation cache, as for
@@ -22,6 +24,7 @@ import sys
 from typing import Any
 
 import jax
+import numpy as np
 from absl import app, flags, logging
 
 from experiments import common
@@ -31,10 +34,10 @@ from jaxdrive.runfolder import CHECKPOINT_DIR, plain_config
 __all__ = ["evaluate", "main"]
 
 
-def _restore(ckpt_dir: str, trainer: Any, step: int | None) -> tuple[Any, dict[str, Any]]:
-    """The state and metadata of checkpoint ``step``, or of the newest one that restores
-    and verifies (skipped newer ones are named in a warning)."""
-    target = jax.eval_shape(trainer.init, jax.random.PRNGKey(0))  # shapes: nothing compiled
+def _restore(ckpt_dir: str, init: Any, step: int | None) -> tuple[Any, dict[str, Any]]:
+    """The state (of ``init``'s structure) and metadata of checkpoint ``step``, or of the
+    newest one that restores and verifies (skipped newer ones are named in a warning)."""
+    target = jax.eval_shape(init, jax.random.PRNGKey(0))  # shapes: nothing compiled
     with Checkpointer(ckpt_dir, max_to_keep=None) as ckpt:
         if step is not None:
             try:
@@ -89,16 +92,21 @@ def evaluate(
     animation: str | None = None,
     animation_steps: int = 200,
     allow_config_change: bool = False,
+    member: int | None = None,
 ) -> dict[str, Any]:
     """Evaluates checkpoint ``step`` (default: the newest that restores and verifies)
     of the run in ``workdir``.
 
     Prints, then writes to ``<workdir>/eval.json``, the `common.evaluate_policy`
-    result plus ``step``, ``env_steps`` and ``animation``; returns it. Raises
-    ``ValueError`` (naming the path) when ``workdir`` is not a run folder, has no (such)
-    checkpoint, or its ``config.json`` differs from the checkpoint's config (unless
-    ``allow_config_change``: then a warning), and ``OSError`` when ``eval.json`` cannot
-    be written (after the result is printed).
+    result plus ``step``, ``env_steps`` and ``animation``; returns it. A population run
+    folder (`experiments.population`) evaluates each member (or only ``member``) with
+    the same key: the result holds ``members`` (index → that member's result) and, over
+    them, ``mean_returns`` (group → mean of the members' mean returns) and
+    ``win_rate`` (mean, envs that report wins); the animation is of the first member
+    evaluated. Raises ``ValueError`` (naming the path) when ``workdir`` is not a run
+    folder, has no (such) checkpoint or member, or its ``config.json`` differs from the
+    checkpoint's config (unless ``allow_config_change``: then a warning), and
+    ``OSError`` when ``eval.json`` cannot be written (after the result is printed).
     """
     common.quiet_orbax()
     config = common.load_config(workdir)
@@ -107,39 +115,87 @@ def evaluate(
         raise ValueError(
             f"{workdir}: no checkpoints in {ckpt_dir}: train first (experiments.train)"
         )
-    env, env_params, trainer = common.build(config)
-    chash = config_hash(plain_config(trainer.config))  # as jaxdrive.loop computes it
+    pop = None
+    if "population" in config:
+        from experiments import population
+
+        with config.unlocked():
+            config.population.num_devices = 1  # members are evaluated one after another
+        pop = population.build(config)
+        env, env_params, trainer = pop.env, pop.env_params, pop.trainer
+        chash, init = population.config_digest(pop.config), pop.init
+        members = list(range(pop.size)) if member is None else [member]
+        if not all(0 <= i < pop.size for i in members):
+            raise ValueError(f"--member={member}: {workdir} has members 0..{pop.size - 1}")
+    elif member is not None:
+        raise ValueError(f"--member={member}: {workdir} is not a population run folder")
+    else:
+        env, env_params, trainer = common.build(config)
+        chash = config_hash(plain_config(trainer.config))  # as jaxdrive.loop computes it
+        init, members = trainer.init, [None]
     _check_hash(workdir, ckpt_dir, step, chash, allow_config_change)
     logging.info("evaluating %s on %s", workdir, common.describe_devices())
     if trainer.get_params is None or trainer.act is None:
         raise ValueError(f"the {config['algorithm']} trainer has no get_params/act to evaluate")
-    state, meta = _restore(ckpt_dir, trainer, step)
-    params = trainer.get_params(state)
+    state, meta = _restore(ckpt_dir, init, step)
     primary = jax.process_index() == 0
-    # one program plays the episodes and records the first one for the animation
-    result = common.evaluate_policy(
-        env, env_params, trainer, params, jax.random.PRNGKey(seed),
-        episodes=episodes, deterministic=deterministic, max_steps=max_steps,
-        animation=animation if primary else None,
-        animation_steps=animation_steps if animation else 0,
-    )  # fmt: skip
-    result = {"step": int(meta["iteration"]), "env_steps": meta.get("env_steps"), **result}
-    result["animation"] = result.get("animation")
+    results = []
+    for n, i in enumerate(members):
+        runner = state if i is None else pop.member(state, i)
+        record = animation if primary and n == 0 else None
+        # one program plays the episodes and records the first one for the animation
+        r = common.evaluate_policy(
+            env, env_params, trainer, trainer.get_params(runner), jax.random.PRNGKey(seed),
+            episodes=episodes, deterministic=deterministic, max_steps=max_steps,
+            animation=record, animation_steps=animation_steps if record else 0,
+        )  # fmt: skip
+        if primary and i is not None:
+            print(f"member {i}: {_line(r)}", flush=True)
+        results.append(r)
+    head = {"step": int(meta["iteration"]), "env_steps": meta.get("env_steps")}
+    if pop is None:
+        result = {**head, **results[0], "animation": results[0].get("animation")}
+    else:
+        result = {
+            **head,
+            **_over_members(members, results),
+            "animation": results[0].get("animation"),
+        }
     if primary:
-        rets = "  ".join(
-            f"{g}={r['mean']:.4g} ± {r['std']:.3g}" for g, r in result["returns"].items()
+        what = (
+            f"checkpoint {result['step']} ({result['env_steps']} env steps), {episodes} "
+            f"{'deterministic' if deterministic else 'sampled'} episodes"
         )
-        if "win_rate" in result:  # envs that say whether an episode was won (SMAX)
-            rets += f", win rate {result['win_rate']:.1%}"
-        print(
-            f"checkpoint {result['step']} ({result['env_steps']} env steps), "
-            f"{episodes} {'deterministic' if deterministic else 'sampled'} episodes, "
-            f"mean length {result['episode_length']:.1f}: return {rets}",
-            flush=True,
-        )
-    if primary:
+        if pop is None:
+            print(f"{what}, {_line(result)}", flush=True)
+        else:
+            print(f"{what} per member, over {len(members)} member(s): {_mean_line(result)}")
         common.write_json(os.path.join(workdir, "eval.json"), result)
     return result
+
+
+def _line(r: dict[str, Any]) -> str:
+    rets = "  ".join(f"{g}={x['mean']:.4g} ± {x['std']:.3g}" for g, x in r["returns"].items())
+    if "win_rate" in r:  # envs that say whether an episode was won (SMAX)
+        rets += f", win rate {r['win_rate']:.1%}"
+    return f"mean length {r['episode_length']:.1f}: return {rets}"
+
+
+def _over_members(members: list[int], results: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"members": {str(i): r for i, r in zip(members, results, strict=True)}}
+    out["mean_returns"] = {
+        g: float(np.mean([r["returns"][g]["mean"] for r in results])) for g in results[0]["returns"]
+    }
+    if "win_rate" in results[0]:
+        out["win_rate"] = float(np.mean([r["win_rate"] for r in results]))
+    return out
+
+
+def _mean_line(result: dict[str, Any]) -> str:
+    line = "mean return " + "  ".join(f"{g}={v:.4g}" for g, v in result["mean_returns"].items())
+    if "win_rate" in result:
+        line += f", mean win rate {result['win_rate']:.1%}"
+    return line
 
 
 def _define_flags() -> None:
@@ -151,6 +207,7 @@ def _define_flags() -> None:
     flags.DEFINE_integer("max_steps", None, "step cap per episode (default: episode length)")
     flags.DEFINE_string("animation", None, "write an animation of one episode here (.gif)")
     flags.DEFINE_integer("animation_steps", 200, "steps of the animated episode at most")
+    flags.DEFINE_integer("member", None, "population run folders: this member only (default: all)")
     flags.DEFINE_bool(
         "allow_config_change", False,
         "evaluate although config.json differs from the checkpoint's config (warns)",
@@ -176,6 +233,7 @@ def main(argv: list[str]) -> None:
         animation=F.animation,
         animation_steps=F.animation_steps,
         allow_config_change=F.allow_config_change,
+        member=F.member,
     )
 
 

@@ -57,7 +57,7 @@ from jaxdrive.loop import chunk_size
 from jaxdrive.runfolder import CHECKPOINT_DIR, plain_config
 from jaxdrive.runlock import RunLock
 
-__all__ = ["evaluate_league", "main", "run", "write_leaderboard"]
+__all__ = ["build", "config_digest", "evaluate_league", "main", "run", "write_leaderboard"]
 
 POP_FILE = "population.jsonl"
 LEADERBOARD_FILE = "leaderboard.json"
@@ -77,7 +77,7 @@ def _set(config: Any, path: str, value: Any) -> None:
         node[last] = value
 
 
-def _build(config: Any) -> Any:
+def build(config: Any) -> Any:
     """The `Population` of ``config`` (``ValueError`` for a bad config)."""
     import algorithms
 
@@ -90,7 +90,9 @@ def _build(config: Any) -> Any:
     return algorithms.make_population_train(config)
 
 
-def _hash(config: Any) -> str | None:
+def config_digest(config: Any) -> str | None:
+    """The config hash a population checkpoint records (``population.num_devices``
+    left out: the member axis may be re-split at a resume)."""
     d = plain_config(config)
     d = json.loads(json.dumps(d, default=str))
     d.get("population", {}).pop("num_devices", None)
@@ -102,7 +104,7 @@ def _restore(pop: Any, ckpt: Checkpointer, state0: Any, allow_change: bool) -> t
     count); a checkpoint of another size is resized by the module's rule."""
     meta = ckpt.restore_metadata()
     old_p = int(meta.get("members", pop.size))
-    if meta.get("config_hash") not in (None, _hash(pop.config)) and not allow_change:
+    if meta.get("config_hash") not in (None, config_digest(pop.config)) and not allow_change:
         raise ValueError(
             f"{ckpt.directory}: the checkpoint was written by another config; use a fresh "
             "--workdir or --allow_config_change"
@@ -244,7 +246,7 @@ def run(
     """
     t0 = time.perf_counter()
     common.quiet_orbax()
-    pop = _build(config)
+    pop = build(config)
     workdir = workdir or common.default_workdir(config).replace(
         config["env_name"], f"{config['env_name']}-pop"
     )
@@ -346,7 +348,7 @@ def _meta(pop: Any, state: Any, it: int) -> dict[str, Any]:
         "env_steps": it * pop.trainer.env_steps_per_iteration,
         "members": pop.size,
         "generation": int(state.generation),
-        "config_hash": _hash(pop.config),
+        "config_hash": config_digest(pop.config),
     }
 
 

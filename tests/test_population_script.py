@@ -1,5 +1,5 @@
 """``python -m experiments.population``: the run folder, members split over two forced
-CPU devices, a resume on one device that continues the run, and errors."""
+CPU devices, a resume on one device that continues the run, its evaluation, and errors."""
 
 from __future__ import annotations
 
@@ -120,3 +120,23 @@ def test_resume_on_one_device_continues_exactly(two_runs):
 def test_script_errors(tmp_path, args, match):
     wd = str(tmp_path / "bad")
     assert_refused(_script([f"--workdir={wd}", *args]), wd, match)
+
+
+def test_evaluate_population_folder(two_runs):
+    """`experiments.evaluate` on a population folder: every member with the same key,
+    the means over members, ``--member`` alone giving that member's result, and a
+    member that does not exist refused."""
+    from experiments.evaluate import evaluate
+
+    wd, _, _ = two_runs
+    got = evaluate(wd, episodes=3, max_steps=50)
+    assert got["step"] == 4 and sorted(got["members"]) == ["0", "1", "2", "3"]
+    means = [r["returns"]["agent"]["mean"] for r in got["members"].values()]
+    assert all(np.isfinite(means)) and all(r["episodes"] == 3 for r in got["members"].values())
+    np.testing.assert_allclose(got["mean_returns"]["agent"], np.mean(means), rtol=1e-6)
+    assert json.load(open(os.path.join(wd, "eval.json")))["members"].keys() == got["members"].keys()
+    one = evaluate(wd, episodes=3, max_steps=50, member=2)
+    assert list(one["members"]) == ["2"]
+    assert one["members"]["2"]["returns"] == got["members"]["2"]["returns"]
+    with pytest.raises(ValueError, match="has members 0..3"):
+        evaluate(wd, member=4)
