@@ -100,6 +100,39 @@ def test_smax_rollout_and_masks_equal_jaxmarl():
     assert not mine[2]["ally"].all()  # some actions are masked (out-of-range enemies)
 
 
+def test_smax_team_episodes_keep_dead_units_active():
+    """``team_episodes=True``: a unit that dies stays active (its mask leaves stop) and
+    keeps the team's reward until the battle ends, on the same transitions as the
+    default, where its episode ends at its death."""
+    own, _ = jaxdrive.make("jaxmarl:smax:3m", max_steps=80)
+    team, _ = jaxdrive.make("jaxmarl:smax:3m", max_steps=80, team_episodes=True)
+
+    def rollout(env, key):
+        def body(s, k):
+            k_act, k_step = jax.random.split(k)
+            s, ts = env.step(k_step, s, env.sample_actions(k_act))
+            return s, (ts.reward["ally"], ts.terminated["ally"], ts.active["ally"],
+                       ts.done, ts.action_mask["ally"])  # fmt: skip
+
+        s, _ = env.reset(key)
+        return jax.lax.scan(body, s, jax.random.split(key, 80))[1]
+
+    run = jax.jit(lambda k: (rollout(own, k), rollout(team, k)), compiler_options=FAST)
+    (r0, term0, act0, done0, _), (r1, term1, act1, done1, mask1) = jax.device_get(
+        run(jax.random.key(0))
+    )
+    end = int(np.argmax(done0))
+    assert done0[end] and (done0 == done1).all()
+    np.testing.assert_array_equal(r0[: end + 1], r1[: end + 1])  # the same battle
+    early = ~act0[:end].all(axis=0)  # units whose episode ended before the battle's
+    assert early.any() and term0[:end].any()
+    assert act1[:end].all() and not term1[:end].any() and term1[end].all()
+    dead_after = np.argmax(~act0[:end], axis=0)  # first step each early unit was inactive
+    for a in np.flatnonzero(early):
+        later = mask1[dead_after[a] + 1 : end, a]  # after death only "stop" is left
+        assert (later.sum(-1) == 1).all()
+
+
 def test_gymnax_rollout_equals_gymnax():
     import gymnax
 

@@ -52,9 +52,10 @@ def _steps_per_iteration(config: str, num_envs: int, num_steps: int | None) -> i
     return int(num_envs) * int(num_steps or module.get_config(presets).num_steps)
 
 
-def time_run(args: list[str], cache_dir: str, workdir: str) -> dict[str, Any]:
+def time_run(args: list[str], cache_dir: str, workdir: str, iterations: int = 0) -> dict[str, Any]:
     """Runs ``python -m experiments.train *args`` with ``cache_dir`` and ``workdir``;
-    returns the seconds after start of its milestones (see the module docstring)."""
+    returns the seconds after start of its milestones (see the module docstring) and,
+    given the run's ``iterations``, the seconds per iteration after the first line."""
     cmd = [
         sys.executable, "-m", "experiments.train", *args, f"--workdir={workdir}",
         f"--compilation_cache_dir={cache_dir}", "--noprogress", "--alsologtostderr",
@@ -89,6 +90,11 @@ def time_run(args: list[str], cache_dir: str, workdir: str) -> dict[str, Any]:
         raise RuntimeError(f"{' '.join(cmd)} exited with {rc}:\n{''.join(lines[-30:])}")
     if "last_iteration_s" in marks:
         marks["end_of_run_s"] = round(marks["exit_s"] - marks["last_iteration_s"], 2)
+        n = iterations - marks.get("first_progress_iteration", iterations)
+        if n > 0:  # later iterations: the training speed under these XLA flags
+            marks["seconds_per_iteration"] = round(
+                (marks["last_iteration_s"] - marks["first_progress_s"]) / n, 4
+            )
     return marks
 
 
@@ -110,10 +116,11 @@ def main(argv: list[str]) -> None:
     with tempfile.TemporaryDirectory(prefix="jaxdrive-startup-") as tmp:
         cache = os.path.join(tmp, "cache")
         for name in ("cold", "warm"):
-            rec = time_run(args, cache, os.path.join(tmp, f"run-{name}"))
+            rec = time_run(args, cache, os.path.join(tmp, f"run-{name}"), FLAGS.iterations)
             rec.update(bench="startup", cache=name, config=FLAGS.config, num_envs=FLAGS.num_envs,
                        iterations=FLAGS.iterations, backend=jax.default_backend(),
-                       program_store=FLAGS.program_store)  # fmt: skip
+                       program_store=FLAGS.program_store,
+                       xla_flags=os.environ.get("XLA_FLAGS", ""))  # fmt: skip
             records.append(rec)
     print(f"{'cache':<6} {'chunk ready':>12} {'first line':>18} {'last iter':>10} "
           f"{'end of run':>11} {'exit':>8}  chunk: lower / XLA (from cache)")  # fmt: skip

@@ -18,7 +18,9 @@ JaxMARL's ``mappo_homogenous_rnn_smax.yaml``), ``27m_vs_30m`` (27 marines agains
 20M env steps), ``ff`` (feed-forward actor and critic: two 128-unit dense layers, no GRU),
 ``mava`` (Mava's ``rec_mappo`` defaults instead: 32 envs (its 16 per device × an update
 batch of 2), lr 2.5e-4 without decay, 2 minibatches, entropy 0.01, max grad norm 0.5, a
-128-unit layer, a GRU of 128 and a 128-unit layer before each head, agent IDs on),
+128-unit layer, a GRU of 128 and a 128-unit layer before each head, agent IDs on, and
+its episode-level dones: ``team_episodes``, a dead unit stays in the battle's episode
+with the team's reward, as `jaxdrive.adapters.jaxmarl_env` describes),
 ``tiny`` (a few small iterations of 12-step battles: tests).
 """
 
@@ -74,6 +76,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         c.algo.update(num_minibatches=2, ent_coef=0.01, max_grad_norm=0.5, lr_schedule="constant")
         c.num_envs = 32
         c.policies.ally.update(lr=2.5e-4, core_size=128, post_core_sizes=(128,))
+        c.env_kwargs.team_episodes = True  # Mava's episode-level dones
     if "tiny" in presets:
         c.num_envs = 4
         c.num_steps = 16

@@ -17,7 +17,11 @@ What maps to what (one step):
   its own done flag or ``__all__`` is set (dead SMAX units end early); it is
   ``truncated`` when that step reaches `JaxMARLEnv.episode_length` (a time limit:
   JaxMARL's MPE and SMAX observations hold no clock) and ``terminated`` otherwise.
-  After its end an agent is inactive (``active`` False).
+  After its end an agent is inactive (``active`` False). With ``team_episodes=True``
+  every agent's episode lasts until ``__all__``: a dead SMAX unit stays active, takes
+  the one action its mask leaves (stop) and keeps receiving the team's reward, which
+  JaxMARL's SMAX pays dead units ("noble sacrifice"), so its return is the battle's; as
+  Mava's systems train (episode-level dones).
 - ``get_avail_actions`` (where the env implements it) gives `TimeStep.action_mask`.
 - ``global_state``: the env's ``get_world_state`` (SMAX's ``world_state``), else the
   agents' observations concatenated in ``env.agents`` order, as float32.
@@ -103,10 +107,15 @@ class JaxMARLEnv(Env[JaxMARLState, EnvParams]):
         done once the step count *before* the step reaches ``max_steps``), no cap for
         other envs (every end is then a termination, as JaxMARL's own algorithms treat
         it).
+      team_episodes: every agent's episode ends with the env's (``dones["__all__"]``),
+        not at its own done (see the module docstring).
     """
 
-    def __init__(self, env: Any, episode_length: int | None = None):
+    def __init__(
+        self, env: Any, episode_length: int | None = None, team_episodes: bool = False
+    ):
         self.env = env
+        self._team_episodes = bool(team_episodes)
         self._groups = group_agents(env)
         self._agents = tuple(a for g in self._groups.values() for a in g)
         order = {a: i for i, a in enumerate(env.agents)}
@@ -218,6 +227,8 @@ class JaxMARLEnv(Env[JaxMARLState, EnvParams]):
         all_done = jnp.asarray(dones["__all__"], bool)
         own = jnp.stack([jnp.asarray(dones[a], bool) for a in agents])  # [A]
         t = state.t + 1
+        if self._team_episodes:  # an agent's episode is the battle
+            own = jnp.zeros_like(own)
         ends = (own | all_done) & ~state.ended
         cap = self._episode_length
         time_up = jnp.asarray(False) if cap is None else t >= cap
@@ -285,15 +296,17 @@ def _implements(env: Any, method: str) -> bool:
     return True
 
 
-def from_jaxmarl(env: Any, episode_length: int | None = None) -> JaxMARLEnv:
+def from_jaxmarl(
+    env: Any, episode_length: int | None = None, team_episodes: bool = False
+) -> JaxMARLEnv:
     """Wraps a JaxMARL ``MultiAgentEnv`` (e.g. ``jaxmarl.make("MPE_simple_spread_v3")``)
     as a jaxdrive `Env`; see `jaxdrive.adapters.jaxmarl_env` for what maps to what.
     Its params are an empty `EnvParams` (JaxMARL envs hold their numbers as attributes);
-    ``episode_length`` as in `JaxMARLEnv`."""
+    ``episode_length`` and ``team_episodes`` as in `JaxMARLEnv`."""
     for attr in ("agents", "reset", "step_env", "observation_space", "action_space"):
         if not hasattr(env, attr):
             raise TypeError(
                 f"from_jaxmarl needs a JaxMARL MultiAgentEnv (with .{attr}), got "
                 f"{type(env).__name__}"
             )
-    return JaxMARLEnv(env, episode_length)
+    return JaxMARLEnv(env, episode_length, team_episodes)

@@ -58,6 +58,7 @@ def _jaxmarl(name: str, env_id: str, overrides: dict[str, Any]) -> Env:
 
     jaxmarl = _import("jaxmarl", name)
     episode_length = overrides.pop("episode_length", None)
+    team_episodes = overrides.pop("team_episodes", False)
     if env_id.startswith("smax:"):
         from jaxmarl.environments.smax import HeuristicEnemySMAX
         from jaxmarl.environments.smax.smax_env import MAP_NAME_TO_SCENARIO
@@ -77,7 +78,7 @@ def _jaxmarl(name: str, env_id: str, overrides: dict[str, Any]) -> Env:
                 f"{', '.join(jaxmarl.registered_envs)}, or 'jaxmarl:smax:<map>'"
             )
         inner = _build(name, lambda **kw: jaxmarl.make(env_id, **kw), overrides)
-    return from_jaxmarl(inner, episode_length)
+    return from_jaxmarl(inner, episode_length, team_episodes)
 
 
 def _gymnax(name: str, env_id: str, overrides: dict[str, Any]) -> tuple[Env, Any]:
