@@ -3,7 +3,7 @@
 - ``"jaxmarl:<id>"``: ``jaxmarl.make(id, **overrides)`` (e.g. ``MPE_simple_spread_v3``);
   ``"jaxmarl:smax:<map>"``: JaxMARL's ``HeuristicEnemySMAX`` on the SMAX map scenario
   ``<map>`` (e.g. ``3s5z``), overrides going to its constructor. ``episode_length``
-  goes to `from_jaxmarl`.
+  and ``team_episodes`` go to `from_jaxmarl`.
 - ``"gymnax:<id>"``: ``gymnax.make(id)``; overrides naming fields of gymnax's
   ``EnvParams`` set those, the others go to the env's constructor.
 - ``"jumanji:<id>"``: ``jumanji.make(id, **overrides)``; ``obs_fields`` goes to
