@@ -9,7 +9,11 @@ envs × 128 steps, 4 epochs × 4 minibatches, Adam lr 0.002 annealed linearly to
 λ 0.95, relu, a 128-unit dense layer then a GRU of 128 for the actor and for the
 critic, the critic reading the env's world state (here with the agent's own
 observation, `centralized_critic`), agent IDs on, 10M env steps; env kwargs
-``see_enemy_actions``, ``walls_cause_death`` and ``attack_mode="closest"``. (JaxMARL puts
+``see_enemy_actions``, ``walls_cause_death`` and ``attack_mode="closest"``; and
+``team_episodes=True`` (Mava's episode-level dones: an agent's episode is the battle, a
+dead unit stays active with the team's reward; JaxMARL's MAPPO ends it at the unit's
+death, ``--config.env_kwargs.team_episodes=False``; see
+`jaxdrive.adapters.jaxmarl_env`). (JaxMARL puts
 one more 128-unit dense layer after the GRU; here the heads read the GRU's output.)
 
 Presets (``--config=experiments/configs/smax.py:27m_vs_30m,mava``, comma-separated):
@@ -18,9 +22,7 @@ JaxMARL's ``mappo_homogenous_rnn_smax.yaml``), ``27m_vs_30m`` (27 marines agains
 20M env steps), ``ff`` (feed-forward actor and critic: two 128-unit dense layers, no GRU),
 ``mava`` (Mava's ``rec_mappo`` defaults instead: 32 envs (its 16 per device × an update
 batch of 2), lr 2.5e-4 without decay, 2 minibatches, entropy 0.01, max grad norm 0.5, a
-128-unit layer, a GRU of 128 and a 128-unit layer before each head, agent IDs on, and
-its episode-level dones: ``team_episodes``, a dead unit stays in the battle's episode
-with the team's reward, as `jaxdrive.adapters.jaxmarl_env` describes),
+128-unit layer, a GRU of 128 and a 128-unit layer before each head, agent IDs on),
 ``tiny`` (a few small iterations of 12-step battles: tests).
 """
 
@@ -45,7 +47,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         raise ValueError(f"presets {maps} pick different maps: give one")
     map_name = maps[0] if maps else "3s5z"
     c = base_config("ppo", f"jaxmarl:smax:{map_name}", policies={"ally": ["ally"]})
-    c.env_kwargs = ml_collections.ConfigDict(dict(_ENV_KWARGS))
+    c.env_kwargs = ml_collections.ConfigDict({**_ENV_KWARGS, "team_episodes": True})
     c.num_envs = 64
     c.num_steps = 128
     c.total_env_steps = 20_000_000 if map_name == "27m_vs_30m" else 10_000_000
@@ -76,7 +78,6 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         c.algo.update(num_minibatches=2, ent_coef=0.01, max_grad_norm=0.5, lr_schedule="constant")
         c.num_envs = 32
         c.policies.ally.update(lr=2.5e-4, core_size=128, post_core_sizes=(128,))
-        c.env_kwargs.team_episodes = True  # Mava's episode-level dones
     if "tiny" in presets:
         c.num_envs = 4
         c.num_steps = 16
