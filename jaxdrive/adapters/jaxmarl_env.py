@@ -111,9 +111,7 @@ class JaxMARLEnv(Env[JaxMARLState, EnvParams]):
         not at its own done (see the module docstring).
     """
 
-    def __init__(
-        self, env: Any, episode_length: int | None = None, team_episodes: bool = False
-    ):
+    def __init__(self, env: Any, episode_length: int | None = None, team_episodes: bool = False):
         self.env = env
         self._team_episodes = bool(team_episodes)
         self._groups = group_agents(env)
