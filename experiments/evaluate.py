@@ -169,7 +169,10 @@ def evaluate(
         if pop is None:
             print(f"{what}, {_line(result)}", flush=True)
         else:
-            print(f"{what} per member, over {len(members)} member(s): {_mean_line(result)}")
+            print(
+                f"{what} per member, over {len(members)} member(s): {_mean_line(result)}",
+                flush=True,
+            )
         common.write_json(os.path.join(workdir, "eval.json"), result)
     return result
 
