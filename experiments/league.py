@@ -24,7 +24,9 @@ with other settings needs ``--allow_config_change``. Run folder::
 A run resumes from its newest checkpoint that verifies and continues exactly as the
 uninterrupted run would (``--resume``, default true). Bad input (config, flags, a
 folder of another run) is one ``error: ...`` line and exit status 2, before anything
-is written. Flags also: ``--seed``, ``--eval_episodes`` and the compilation-cache
+is written. The first SIGINT (Ctrl-C) or SIGTERM stops the run after the running turn
+with a checkpoint (exit status 130 or 143; the same command resumes). Flags also:
+``--seed``, ``--eval_episodes`` and the compilation-cache
 flags of `experiments.train`.
 """
 
@@ -43,6 +45,7 @@ from experiments import common
 from jaxdrive.checkpoint import Checkpointer
 from jaxdrive.runfolder import CHECKPOINT_DIR
 from jaxdrive.runlock import RunLock
+from jaxdrive.signals import StopRequest
 
 __all__ = ["LEAGUE_FILE", "main", "run"]
 
@@ -104,10 +107,13 @@ def run(
     resume: bool = True,
     allow_config_change: bool = False,
     eval_episodes: int = 16,
+    stop: StopRequest | None = None,
 ) -> dict[str, Any]:
     """Trains the league of ``config`` (with its ``league`` section) into ``workdir``;
     returns the summary. ``ValueError`` for a bad config or a folder of another run
-    (before writing anything), ``OSError`` for files that cannot be written."""
+    (before writing anything), ``OSError`` for files that cannot be written. With
+    ``stop`` (a `jaxdrive.signals.StopRequest`), a requested stop ends training after
+    the running turn, with a checkpoint and without the held-out evaluation."""
     from experiments.population import evaluate_league
 
     t0 = time.perf_counter()
@@ -143,6 +149,7 @@ def run(
             s: jax.jit(lambda st, s=s: league.chunk(st, k, s)) for s in league.sides
         }  # fmt: skip
         t_train = time.perf_counter()
+        done = start
         for t in range(start, turns):
             side, opponent = league.side_of(state), int(state.opponent)
             state, metrics = programs[side](state)
@@ -150,22 +157,29 @@ def run(
             rec.update(env_steps=(t + 1) * per_turn, elapsed_s=time.perf_counter() - t_train)
             with open(path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
-            if (t + 1) % every == 0 or t + 1 == turns:
+            stopping = stop is not None and stop.requested
+            if (t + 1) % every == 0 or t + 1 == turns or stopping:
                 ckpt.save(t + 1, state, {"turn": t + 1})
             logging.info("turn %d/%d (%s): %s", t + 1, turns, side, rec)
+            done = t + 1
+            if stopping:
+                break
         ckpt.close()
-        held = evaluate_league(league, state, jax.random.key(int(config.seed) + 1),
-                               episodes=eval_episodes)  # fmt: skip
-        common.write_json(os.path.join(workdir, HELD_OUT_FILE), jax.device_get(held))
+        if done == turns:
+            held = evaluate_league(league, state, jax.random.key(int(config.seed) + 1),
+                                   episodes=eval_episodes)  # fmt: skip
+            common.write_json(os.path.join(workdir, HELD_OUT_FILE), jax.device_get(held))
         wall = time.perf_counter() - t0
         summary = {
             "workdir": os.path.abspath(workdir),
             "devices": common.describe_devices(),
             "turns": turns,
+            "turns_done": done,
             "resumed_from": start or None,
             "env_steps": turns * per_turn,
             "wall_seconds": wall,
             "league": common.config_to_dict(config.league),
+            "stopped_by": stop.name if done < turns and stop is not None else None,
         }
         common.write_json(os.path.join(workdir, "summary.json"), summary)
     print(f"run folder   {summary['workdir']}\nturns        {turns}", flush=True)
@@ -220,13 +234,17 @@ def main(argv: list[str]) -> None:
             config, tuple(FLAGS.league_sides), FLAGS.league_pool, FLAGS.league_sampling,
             FLAGS.turn_iterations,
         )  # fmt: skip
-        run(
-            config,
-            FLAGS.workdir,
-            resume=FLAGS.resume,
-            allow_config_change=FLAGS.allow_config_change,
-            eval_episodes=FLAGS.eval_episodes,
-        )
+        with StopRequest() as stop:
+            summary = run(
+                config,
+                FLAGS.workdir,
+                resume=FLAGS.resume,
+                allow_config_change=FLAGS.allow_config_change,
+                eval_episodes=FLAGS.eval_episodes,
+                stop=stop,
+            )
+        if summary["stopped_by"]:
+            stop.report(summary["turns_done"], summary["workdir"], unit="turn")
 
     common.exit_on_error(go)
 

@@ -36,7 +36,9 @@ hyper-parameters) and then explores its hyper-parameters as a PBT copy does, wit
 own PRNG key.
 
 Bad input (config, flags, a folder of another run) is one ``error: ...`` line and exit
-status 2, before anything is written.
+status 2, before anything is written. The first SIGINT (Ctrl-C) or SIGTERM stops the
+run after the running chunk with a checkpoint (exit status 130 or 143; the same
+command resumes), as in `experiments.train`.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from jaxdrive.logging import MetricsLogger
 from jaxdrive.loop import chunk_size
 from jaxdrive.runfolder import CHECKPOINT_DIR, plain_config
 from jaxdrive.runlock import RunLock
+from jaxdrive.signals import StopRequest
 
 __all__ = ["build", "config_digest", "evaluate_league", "main", "run", "write_leaderboard"]
 
@@ -238,8 +241,11 @@ def run(
     *,
     resume: bool = True,
     allow_config_change: bool = False,
+    stop: StopRequest | None = None,
 ) -> dict[str, Any]:
     """Trains the population of ``config`` into ``workdir``; returns the summary.
+    With ``stop`` (a `jaxdrive.signals.StopRequest`), a requested stop ends training
+    after the running chunk, with a checkpoint (the summary's ``stopped_by``).
 
     Raises ``ValueError`` for a bad config or a folder of another run (before writing
     anything), ``OSError`` for files that cannot be written.
@@ -254,10 +260,12 @@ def run(
     os.makedirs(workdir, exist_ok=True)
     with RunLock(workdir):
         common.save_config(config, os.path.join(workdir, common.CONFIG_FILE))
-        return _train(pop, config, workdir, t0, allow_config_change)
+        return _train(pop, config, workdir, t0, allow_config_change, stop)
 
 
-def _train(pop: Any, config: Any, workdir: str, t0: float, allow_change: bool) -> dict:
+def _train(
+    pop: Any, config: Any, workdir: str, t0: float, allow_change: bool, stop: Any = None
+) -> dict:
     rs = common.run_settings(config)
     total = pop.trainer.num_iterations
     k = chunk_size(total, int(rs["iterations_per_chunk"]))
@@ -303,9 +311,12 @@ def _train(pop: Any, config: Any, workdir: str, t0: float, allow_change: bool) -
         if due:
             with open(os.path.join(workdir, POP_FILE), "a") as f:
                 f.write(json.dumps(_round_record(pop, state, it)) + "\n")
-        if (it // k) % every == 0 or it == total:
+        stopping = stop is not None and stop.requested
+        if (it // k) % every == 0 or it == total or stopping:
             ckpt.save(it, state, _meta(pop, state, it))
         logging.info("iteration %d/%d: scores %s", it, total, np.round(np.asarray(state.scores), 2))
+        if stopping:
+            break
     for lg in loggers:
         lg.close()
     ckpt.close()
@@ -326,6 +337,7 @@ def _train(pop: Any, config: Any, workdir: str, t0: float, allow_change: bool) -
             None if not np.isfinite(s) else float(s) for s in np.asarray(state.scores)
         ],
         "plots": plots,
+        "stopped_by": stop.name if stop is not None and stop.requested else None,
     }
     common.write_json(os.path.join(workdir, "summary.json"), summary)
     print(
@@ -392,12 +404,16 @@ def main(argv: list[str]) -> None:
     def go() -> None:
         if FLAGS.num_devices is not None and "population" in config:
             _set(config, "population.num_devices", _num_devices(FLAGS.num_devices))
-        run(
-            config,
-            FLAGS.workdir,
-            resume=FLAGS.resume,
-            allow_config_change=FLAGS.allow_config_change,
-        )
+        with StopRequest() as stop:
+            summary = run(
+                config,
+                FLAGS.workdir,
+                resume=FLAGS.resume,
+                allow_config_change=FLAGS.allow_config_change,
+                stop=stop,
+            )
+        if stop.requested and summary["iterations"] < summary["num_iterations"]:
+            stop.report(summary["iterations"], summary["workdir"])
 
     common.exit_on_error(go)
 

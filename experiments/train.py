@@ -50,6 +50,10 @@ The run folder layout is described in `experiments.common`. Its rules:
   ``error: <path or flag>: <cause>`` and exit with status 2. A run whose loss or
   parameters become NaN/Inf stops with `jaxdrive.loop.TrainingDivergedError` (exit
   status 1); its last good checkpoint stays in place.
+* **Ctrl-C and SIGTERM stop at a checkpoint.** The first SIGINT or SIGTERM stops
+  training after the running chunk, checkpoints there, writes the summary and exits
+  with status 130 or 143; the same command resumes. A second signal stops at once, as
+  it would without the handler (`jaxdrive.signals.StopRequest`; single-process runs).
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ from jaxdrive.loop import TrainingDivergedError, chunk_size, program_material, t
 from jaxdrive.program_store import ProgramStore
 from jaxdrive.runfolder import CHECKPOINT_DIR, plain_config, resume_point
 from jaxdrive.runlock import RunLock
+from jaxdrive.signals import StopRequest
 
 __all__ = ["apply_scaling", "main", "run"]
 
@@ -144,8 +149,12 @@ def run(
     allow_config_change: bool = False,
     animation: bool | None = None,
     program_store: str | os.PathLike | None = None,
+    stop: StopRequest | None = None,
 ) -> dict[str, Any]:
     """Trains ``config`` into ``workdir``; returns the summary written to summary.json.
+    With ``stop`` (a `jaxdrive.signals.StopRequest`), a requested stop ends training
+    after the running chunk, with a checkpoint, and no animation (the summary's
+    ``stopped_by`` names the signal).
     With ``program_store`` (a folder), the init, chunk and evaluation programs of a
     config run before are loaded from it instead of being built (`jaxdrive.program_store`).
 
@@ -191,13 +200,13 @@ def run(
         return _train(
             config, workdir, env, env_params, trainer, t0,
             progress=progress, allow_config_change=allow_config_change, animation=animation,
-            program_store=program_store,
+            program_store=program_store, stop=stop,
         )  # fmt: skip
 
 
 def _train(
     config, workdir, env, env_params, trainer, t0, *, progress, allow_config_change, animation,
-    program_store,
+    program_store, stop,
 ) -> dict[str, Any]:  # fmt: skip
     """`run` after the checks: the training loop, then plots, animation and summary."""
     primary = jax.process_index() == 0
@@ -264,6 +273,10 @@ def _train(
             logging.info("eval at iteration %d: %s", end, res["returns"])
             return False
 
+    def chunk_done(info):  # evaluation; a requested stop ends training here
+        stopping = stop is not None and stop.requested
+        return bool(on_chunk(info) if on_chunk else False) or stopping
+
     state, hist = train_loop(
         trainer,
         int(config["seed"]),
@@ -272,14 +285,15 @@ def _train(
         checkpoint_every_chunks=int(rs["checkpoint_every_chunks"]),
         keep_checkpoints=int(rs["keep_checkpoints"]),
         progress=progress,
-        on_chunk=on_chunk,
+        on_chunk=chunk_done,
         check_config=not allow_config_change,
         metadata={"env_name": config["env_name"], "algorithm": config["algorithm"]},
         compile_ahead=compile_ahead,
         program_store=store,
     )
     plots = plot_curves(workdir) if primary else []
-    if animate and primary and not gif:  # no evaluation at the end recorded it
+    stopped = stop is not None and stop.requested
+    if animate and primary and not gif and not stopped:  # no evaluation recorded it
         params, key = trainer.get_params(state), jax.random.PRNGKey(1)
         kw = dict(num_steps=anim_steps, deterministic=True)
         gif.append(common.render_rollout(env, env_params, trainer, params, key, gif_path, **kw))
@@ -308,6 +322,7 @@ def _train(
         "final_returns": final_returns,
         "plots": plots,
         "animation": gif,
+        "stopped_by": stop.name if stopped else None,
     }
     if primary:
         common.write_json(os.path.join(workdir, "summary.json"), summary)
@@ -431,15 +446,19 @@ def main(argv: list[str]) -> None:
             config, FLAGS.num_devices, FLAGS.autoscale, FLAGS.autoscale_budget_mib
         )
         store = os.path.join(cache, "programs") if cache and FLAGS.program_store else None
-        run(
-            scaled,
-            FLAGS.workdir,
-            resume=FLAGS.resume,
-            progress=FLAGS.progress,
-            allow_config_change=FLAGS.allow_config_change,
-            animation=FLAGS.animation,
-            program_store=store,
-        )
+        with StopRequest() as stop:
+            summary = run(
+                scaled,
+                FLAGS.workdir,
+                resume=FLAGS.resume,
+                progress=FLAGS.progress,
+                allow_config_change=FLAGS.allow_config_change,
+                animation=FLAGS.animation,
+                program_store=store,
+                stop=stop,
+            )
+        if stop.requested and not summary.get("finished"):
+            stop.report(summary["iterations"], summary["workdir"])
 
     try:
         common.exit_on_error(go)

@@ -154,3 +154,25 @@ def test_same_command_twice_at_once(ref, tmp_path):
     assert rf.last_error_line(refused).startswith(f"error: {wd} is in use by ")
     assert "Traceback" not in refused
     rf.assert_same_run(wd, ref)
+
+
+def test_sigterm_stops_at_a_checkpoint_then_resume_is_exact(ref, tmp_path):
+    """SIGTERM (a preemption; Ctrl-C's SIGINT takes the same path, see
+    tests/test_signals.py) during training: the run stops after the running chunk with
+    a checkpoint of it (no iteration lost, boundary or not), exits with 143 saying how
+    to resume, and the same command then ends exactly like the reference."""
+    sig = signal.SIGTERM
+    wd, log = str(tmp_path / "run"), str(tmp_path / "log")
+    proc = rf.start(wd, log)
+    assert rf.wait_until(proc, lambda: rf.lines(wd) >= 3), open(log).read()[-3000:]
+    proc.send_signal(sig)
+    assert proc.wait(timeout=120) == 128 + sig, open(log).read()[-3000:]
+    text = open(log).read()
+    stopped = rf.records(wd)[-1]["iteration"]
+    assert 3 <= stopped < rf.ITERATIONS
+    assert max(map(int, rf.ckpt_entries(wd))) == stopped  # the stop's own checkpoint
+    name = signal.Signals(sig).name
+    assert f"{name}: stopped after iteration {stopped}, checkpointed in {wd}" in text
+    assert "Traceback" not in text
+    assert rf.train(wd).returncode == 0
+    rf.assert_same_run(wd, ref)
