@@ -337,7 +337,7 @@ def _train(
             None if not np.isfinite(s) else float(s) for s in np.asarray(state.scores)
         ],
         "plots": plots,
-        "stopped_by": stop.name if stop is not None and stop.requested else None,
+        "stopped_by": stop.name if stop is not None and stop.requested and it < total else None,
     }
     common.write_json(os.path.join(workdir, "summary.json"), summary)
     print(

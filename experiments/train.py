@@ -322,8 +322,10 @@ def _train(
         "final_returns": final_returns,
         "plots": plots,
         "animation": gif,
-        "stopped_by": stop.name if stopped else None,
+        "stopped_by": None,
     }
+    if stopped and not summary["finished"]:  # a stop asked for after the last chunk: none
+        summary["stopped_by"] = stop.name
     if primary:
         common.write_json(os.path.join(workdir, "summary.json"), summary)
         _print_summary(summary)
