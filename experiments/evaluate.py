@@ -34,10 +34,19 @@ from jaxdrive.runfolder import CHECKPOINT_DIR, plain_config
 __all__ = ["evaluate", "main"]
 
 
-def _restore(ckpt_dir: str, init: Any, step: int | None) -> tuple[Any, dict[str, Any]]:
+def _restore(
+    ckpt_dir: str, init: Any, step: int | None, one_device: bool = False
+) -> tuple[Any, dict[str, Any]]:
     """The state (of ``init``'s structure) and metadata of checkpoint ``step``, or of the
-    newest one that restores and verifies (skipped newer ones are named in a warning)."""
+    newest one that restores and verifies (skipped newer ones are named in a warning).
+    ``one_device``: onto this process's first device, whatever the devices that saved
+    it (a population's members may have been split over several)."""
     target = jax.eval_shape(init, jax.random.PRNGKey(0))  # shapes: nothing compiled
+    if one_device:
+        dev = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        target = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=dev), target
+        )
     with Checkpointer(ckpt_dir, max_to_keep=None) as ckpt:
         if step is not None:
             try:
@@ -137,7 +146,7 @@ def evaluate(
     logging.info("evaluating %s on %s", workdir, common.describe_devices())
     if trainer.get_params is None or trainer.act is None:
         raise ValueError(f"the {config['algorithm']} trainer has no get_params/act to evaluate")
-    state, meta = _restore(ckpt_dir, init, step)
+    state, meta = _restore(ckpt_dir, init, step, one_device=pop is not None)
     primary = jax.process_index() == 0
     results = []
     for n, i in enumerate(members):

@@ -124,8 +124,9 @@ def test_script_errors(tmp_path, args, match):
 
 def test_evaluate_population_folder(two_runs):
     """`experiments.evaluate` on a population folder: every member with the same key,
-    the means over members, ``--member`` alone giving that member's result, and a
-    member that does not exist refused."""
+    the means over members, ``--member`` alone giving that member's result, a member
+    that does not exist refused, and a checkpoint of members split over 2 devices
+    evaluated on 1."""
     from experiments.evaluate import evaluate
 
     wd, _, _ = two_runs
@@ -140,3 +141,5 @@ def test_evaluate_population_folder(two_runs):
     assert one["members"]["2"]["returns"] == got["members"]["2"]["returns"]
     with pytest.raises(ValueError, match="has members 0..3"):
         evaluate(wd, member=4)
+    early = evaluate(wd, episodes=3, max_steps=50, step=2)  # saved by the 2-device run
+    assert early["step"] == 2 and len(early["members"]) == 4
