@@ -45,7 +45,7 @@ from experiments import common
 from jaxdrive.checkpoint import Checkpointer
 from jaxdrive.runfolder import CHECKPOINT_DIR
 from jaxdrive.runlock import RunLock
-from jaxdrive.signals import StopRequest
+from jaxdrive.signals import StopRequest, run_stoppable
 
 __all__ = ["LEAGUE_FILE", "main", "run"]
 
@@ -234,17 +234,15 @@ def main(argv: list[str]) -> None:
             config, tuple(FLAGS.league_sides), FLAGS.league_pool, FLAGS.league_sampling,
             FLAGS.turn_iterations,
         )  # fmt: skip
-        with StopRequest() as stop:
-            summary = run(
-                config,
-                FLAGS.workdir,
-                resume=FLAGS.resume,
-                allow_config_change=FLAGS.allow_config_change,
-                eval_episodes=FLAGS.eval_episodes,
-                stop=stop,
-            )
-        if summary["stopped_by"]:
-            stop.report(summary["turns_done"], summary["workdir"], unit="turn")
+        run_stoppable(
+            run,
+            config,
+            FLAGS.workdir,
+            unit="turn",
+            resume=FLAGS.resume,
+            allow_config_change=FLAGS.allow_config_change,
+            eval_episodes=FLAGS.eval_episodes,
+        )
 
     common.exit_on_error(go)
 

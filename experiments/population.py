@@ -58,7 +58,7 @@ from jaxdrive.logging import MetricsLogger
 from jaxdrive.loop import chunk_size
 from jaxdrive.runfolder import CHECKPOINT_DIR, plain_config
 from jaxdrive.runlock import RunLock
-from jaxdrive.signals import StopRequest
+from jaxdrive.signals import StopRequest, run_stoppable
 
 __all__ = ["build", "config_digest", "evaluate_league", "main", "run", "write_leaderboard"]
 
@@ -404,16 +404,13 @@ def main(argv: list[str]) -> None:
     def go() -> None:
         if FLAGS.num_devices is not None and "population" in config:
             _set(config, "population.num_devices", _num_devices(FLAGS.num_devices))
-        with StopRequest() as stop:
-            summary = run(
-                config,
-                FLAGS.workdir,
-                resume=FLAGS.resume,
-                allow_config_change=FLAGS.allow_config_change,
-                stop=stop,
-            )
-        if stop.requested and summary["iterations"] < summary["num_iterations"]:
-            stop.report(summary["iterations"], summary["workdir"])
+        run_stoppable(
+            run,
+            config,
+            FLAGS.workdir,
+            resume=FLAGS.resume,
+            allow_config_change=FLAGS.allow_config_change,
+        )
 
     common.exit_on_error(go)
 

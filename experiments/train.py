@@ -74,7 +74,7 @@ from jaxdrive.loop import TrainingDivergedError, chunk_size, program_material, t
 from jaxdrive.program_store import ProgramStore
 from jaxdrive.runfolder import CHECKPOINT_DIR, plain_config, resume_point
 from jaxdrive.runlock import RunLock
-from jaxdrive.signals import StopRequest
+from jaxdrive.signals import StopRequest, run_stoppable
 
 __all__ = ["apply_scaling", "main", "run"]
 
@@ -448,19 +448,16 @@ def main(argv: list[str]) -> None:
             config, FLAGS.num_devices, FLAGS.autoscale, FLAGS.autoscale_budget_mib
         )
         store = os.path.join(cache, "programs") if cache and FLAGS.program_store else None
-        with StopRequest() as stop:
-            summary = run(
-                scaled,
-                FLAGS.workdir,
-                resume=FLAGS.resume,
-                progress=FLAGS.progress,
-                allow_config_change=FLAGS.allow_config_change,
-                animation=FLAGS.animation,
-                program_store=store,
-                stop=stop,
-            )
-        if stop.requested and not summary.get("finished"):
-            stop.report(summary["iterations"], summary["workdir"])
+        run_stoppable(
+            run,
+            scaled,
+            FLAGS.workdir,
+            resume=FLAGS.resume,
+            progress=FLAGS.progress,
+            allow_config_change=FLAGS.allow_config_change,
+            animation=FLAGS.animation,
+            program_store=store,
+        )
 
     try:
         common.exit_on_error(go)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import jax
 
-__all__ = ["StopRequest"]
+__all__ = ["StopRequest", "run_stoppable"]
 
 
 class StopRequest:
@@ -82,3 +83,18 @@ class StopRequest:
             flush=True,
         )
         sys.exit(128 + int(self.signum or 0))
+
+
+def run_stoppable(
+    run: Callable[..., dict[str, Any]], *args: Any, unit: str = "iteration", **kwargs: Any
+) -> dict[str, Any]:
+    """``run(*args, stop=<StopRequest>, **kwargs)`` under a `StopRequest`; returns its
+    summary, or, when the summary's ``stopped_by`` is set (a stop before the run's end),
+    reports and exits with ``128 + signum``. The summary names the run folder
+    (``workdir``) and the ``unit``s done (``iterations``, ``turns_done`` for turns)."""
+    with StopRequest() as stop:
+        summary = run(*args, stop=stop, **kwargs)
+    if summary.get("stopped_by"):
+        done = summary["turns_done"] if unit == "turn" else summary["iterations"]
+        stop.report(done, summary["workdir"], unit)
+    return summary

@@ -14,7 +14,7 @@ import pytest
 from experiments import league as league_script
 from experiments import population
 from experiments.configs import population as population_configs
-from jaxdrive.signals import StopRequest
+from jaxdrive.signals import StopRequest, run_stoppable
 from tests.test_league_script import _config as league_config
 
 
@@ -58,3 +58,15 @@ def test_league_stops_after_the_turn_with_a_checkpoint(tmp_path):
     assert summary["turns_done"] == 1 < summary["turns"] and summary["stopped_by"] == "SIGTERM"
     assert os.listdir(os.path.join(wd, "checkpoints")) == ["1"]
     assert not os.path.exists(os.path.join(wd, league_script.HELD_OUT_FILE))  # at the end
+
+
+def test_run_stoppable_reports_a_stop_before_the_end(capsys):
+    def stopped(stop: StopRequest) -> dict:
+        signal.raise_signal(signal.SIGTERM)  # during the run
+        return {"stopped_by": stop.name, "turns_done": 3, "workdir": "runs/x"}
+
+    with pytest.raises(SystemExit) as exit_:
+        run_stoppable(stopped, unit="turn")
+    assert exit_.value.code == 143
+    assert "SIGTERM: stopped after turn 3, checkpointed in runs/x" in capsys.readouterr().err
+    assert run_stoppable(lambda stop: {"stopped_by": None}) == {"stopped_by": None}
