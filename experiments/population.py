@@ -264,7 +264,12 @@ def run(
 
 
 def _train(
-    pop: Any, config: Any, workdir: str, t0: float, allow_change: bool, stop: Any = None
+    pop: Any,
+    config: Any,
+    workdir: str,
+    t0: float,
+    allow_change: bool,
+    stop: StopRequest | None = None,
 ) -> dict:
     rs = common.run_settings(config)
     total = pop.trainer.num_iterations

@@ -223,10 +223,11 @@ class JaxMARLEnv(Env[JaxMARLState, EnvParams]):
         inner = strong_types(inner)
         agents = self.env.agents
         all_done = jnp.asarray(dones["__all__"], bool)
-        own = jnp.stack([jnp.asarray(dones[a], bool) for a in agents])  # [A]
-        t = state.t + 1
         if self._team_episodes:  # an agent's episode is the battle
-            own = jnp.zeros_like(own)
+            own = jnp.zeros((len(agents),), bool)
+        else:
+            own = jnp.stack([jnp.asarray(dones[a], bool) for a in agents])  # [A]
+        t = state.t + 1
         ends = (own | all_done) & ~state.ended
         cap = self._episode_length
         time_up = jnp.asarray(False) if cap is None else t >= cap
