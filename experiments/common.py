@@ -296,11 +296,11 @@ def load_config(workdir_or_path: str | os.PathLike) -> Any:
 
 
 def config_diff(
-    old: Any, new: Any, *, ignore: tuple[str, ...] = ("run", "num_devices")
+    old: Any, new: Any, *, ignore: tuple[str, ...] = ("run", "num_devices", "partitioner")
 ) -> list[str]:
     """Human-readable differences ``"algo.lr: 0.001 -> 0.0003"`` between two configs,
     leaving out the top-level keys ``ignore`` (``run``: host-loop settings;
-    ``num_devices``: a run may resume on another number of devices)."""
+    ``num_devices``, ``partitioner``: a run may resume on other devices)."""
     a, b = config_to_dict(old) or {}, config_to_dict(new) or {}
     out: list[str] = []
 
@@ -352,26 +352,33 @@ def build(config: Any) -> tuple[Any, Any, Any]:
     from jaxdrive.distributed import resolve_num_devices
 
     problem = known_problem(
-        env, resolve_num_devices(config.get("num_devices", 1)), jax.default_backend()
+        env,
+        resolve_num_devices(config.get("num_devices", 1)),
+        jax.default_backend(),
+        config.get("partitioner", "shard_map"),
     )
     if problem:
         logging.warning(problem)
     return env, env_params, trainer
 
 
-def known_problem(env: Any, num_devices: int, backend: str) -> str | None:
+def known_problem(
+    env: Any, num_devices: int, backend: str, partitioner: str = "shard_map"
+) -> str | None:
     """A warning for a set-up known to crash outside jaxdrive (``None`` if none): MuJoCo
-    envs sharded over several GPUs, whose PPO program XLA's GPU compiler (jax 0.11.2)
-    dies compiling, without a Python error."""
+    envs sharded over several GPUs in ``shard_map``, whose PPO program XLA's GPU
+    compiler (jax 0.11.2) dies compiling, without a Python error."""
     if (
         num_devices > 1
         and backend == "gpu"
+        and partitioner == "shard_map"
         and type(env).__module__.startswith("environments.mujoco")
     ):
         return (
-            f"{type(env).__name__} on {num_devices} GPUs: XLA's GPU compiler is known to "
-            "crash (segmentation fault) compiling this sharded program with jax 0.11.2; "
-            "see docs/continuous_control.md. One GPU (num_devices=1) is not affected."
+            f"{type(env).__name__} on {num_devices} GPUs with config.partitioner="
+            "'shard_map': XLA's GPU compiler is known to crash (segmentation fault) "
+            "compiling this program with jax 0.11.2; use config.partitioner='auto' (the "
+            "experiments/configs locomotion presets do), see docs/continuous_control.md."
         )
     return None
 

@@ -63,6 +63,21 @@ _EVAL_PROGRAMS: dict[tuple, tuple[Any, Any, _Program]] = {}
 _EVAL_PROGRAMS_KEPT = 4
 
 
+def _one_device(tree: Any) -> Any:
+    """``tree`` with its leaves on one device: arrays split or replicated over several
+    (a multi-device trainer's parameters) moved to the first local device, shardings dropped
+    from `jax.ShapeDtypeStruct`s, so that evaluations compile and run one program."""
+
+    def one(x: Any) -> Any:
+        if isinstance(x, jax.ShapeDtypeStruct):
+            return jax.ShapeDtypeStruct(x.shape, x.dtype)
+        if isinstance(x, jax.Array) and len(x.sharding.device_set) > 1 and x.is_fully_addressable:
+            return jax.device_put(x, jax.local_devices()[0])
+        return x
+
+    return jax.tree.map(one, tree)
+
+
 class _Program:
     """A jitted program that may be compiled ahead of time (`start`): calls use that
     executable when the arguments fit it, else the jitted function."""
@@ -81,6 +96,7 @@ class _Program:
 
         if self._job is not None or self._exe is not None:
             return
+        args = _one_device(args)
         if store is not None:
             t0 = time.perf_counter()
             self._exe = store.load_executable(key, args, lambda meta: outputs)
@@ -97,6 +113,7 @@ class _Program:
     def __call__(self, *args: Any) -> Any:
         from jaxdrive.aot import matches
 
+        args = _one_device(args)
         if self._job is not None:
             self._exe, info = self._job.result()
             self._job = None

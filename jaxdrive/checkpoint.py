@@ -143,14 +143,17 @@ def _restore_keys(target: Any, restored: Any) -> Any:
     return jax.tree.map(fix, target, restored)
 
 
-def config_hash(config: Any, *, ignore: tuple[str, ...] = ("run", "num_devices")) -> str | None:
+def config_hash(
+    config: Any, *, ignore: tuple[str, ...] = ("run", "num_devices", "partitioner")
+) -> str | None:
     """A short sha256 of the plain-data ``config`` (dicts, lists, scalars) without its
     top-level keys ``ignore``; ``None`` for ``None``. Callers convert a ConfigDict first.
 
     The text hashed is ``json.dumps`` with sorted keys (tuples count as lists, non-JSON
     leaves as their ``str``). ``ignore`` defaults to the ``run`` section (chunk sizes,
-    checkpoint cadence, logging) and ``num_devices`` (results agree across device counts
-    to floating-point tolerance, so a run may resume on another number of devices):
+    checkpoint cadence, logging), ``num_devices`` and ``partitioner`` (results agree
+    across device counts and partitioners to floating-point tolerance, so a run may
+    resume on another number of devices):
     settings that do not change the numbers a run computes.
     """
     if config is None:

@@ -92,6 +92,29 @@ def single(out: str) -> None:
             res[f"cartpole_ppo_D{d}"] = _max_rel(got, ref)
             res[f"cartpole_ppo_D{d}_shards"] = len(rs.timestep.reward["agent"].sharding.device_set)
 
+    # The same 2-device run partitioned by XLA (config.partitioner="auto").
+    auto = _config("cartpole", "tiny", 2, partitioner="auto", **over)
+    tr_auto = _trainer(auto)
+    rs, hist = loop(tr_auto)
+    res["cartpole_ppo_auto_D2"] = _max_rel(_host((tr_auto.get_params(rs), hist.metrics)), ref)
+    res["cartpole_ppo_auto_D2_shards"] = len(rs.timestep.reward["agent"].sharding.device_set)
+
+    # Its evaluation runs the program compiled ahead for the parameters' shapes, on one
+    # device (the jitted fallback, a second compile, is never called).
+    from experiments.common import compile_evaluation, evaluate_policy
+    from experiments.policy_runs import _EVAL_PROGRAMS
+
+    env, ep = jaxdrive.make(auto.env_name)
+    params = tr_auto.get_params(rs)
+    compile_evaluation(env, ep, tr_auto, jax.eval_shape(lambda p: p, params), episodes=4)
+    (program,) = [v[2] for v in _EVAL_PROGRAMS.values() if v[0] is tr_auto]
+    fallbacks = []
+    jitted = program.jitted
+    program.jitted = lambda *a: fallbacks.append(1) or jitted(*a)
+    ev = evaluate_policy(env, ep, tr_auto, params, jax.random.PRNGKey(5), episodes=4)
+    res["eval_D2_fallbacks"] = len(fallbacks)
+    res["eval_D2_return"] = ev["returns"]["agent"]["mean"]
+
     # Checkpoints: save with D=2 after one chunk, resume on 1 and 4 devices.
     import tempfile
 

@@ -81,6 +81,20 @@ def test_cartpole_ppo_same_on_d_devices(single, d):
     assert single[f"cartpole_ppo_D{d}_shards"] == d  # the env state really is split
 
 
+def test_auto_partitioner_same_as_one_device(single):
+    """``partitioner="auto"`` (the one-device program split by XLA, as the MuJoCo configs
+    run on several GPUs) trains like 1 device, its env state split over both."""
+    assert single["cartpole_ppo_auto_D2"] < RTOL
+    assert single["cartpole_ppo_auto_D2_shards"] == 2
+
+
+def test_evaluation_of_sharded_params_uses_its_compiled_program(single):
+    """Parameters replicated over 2 devices are evaluated on one by the program compiled
+    ahead for their shapes: no second compile."""
+    assert single["eval_D2_fallbacks"] == 0
+    assert single["eval_D2_return"] > 0
+
+
 def test_tag_a2c_normalization_same_on_2_devices(single):
     """Pooled obs/return statistics and the A2C step agree across device counts."""
     assert single["tag_a2c_normalized_D2"] < RTOL

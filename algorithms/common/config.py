@@ -10,7 +10,9 @@ total_env_steps // (num_envs·num_steps)``), ``algo`` (the algorithm's hyper-par
 its package's ``ALGO_DEFAULTS``), ``policies`` (name -> policy config), ``run`` (the host
 loop's options, `RUN_DEFAULTS`; read by the run scripts, not checked here) and
 ``num_devices`` (devices the env batch is sharded over; ``0`` or ``"all"`` for every
-device; see `jaxdrive.distributed`).
+device; see `jaxdrive.distributed`) and ``partitioner`` (how a sharded trainer is split
+over them: ``"shard_map"``, per-device code with explicit collectives, or ``"auto"``,
+the one-device program partitioned by XLA; see `algorithms.common.on_policy`).
 
 A policy config has the keys of its algorithm's policy defaults (`POLICY_DEFAULTS` for
 PPO and A2C; ``groups`` is required) plus any key of the ``algo`` section, which
@@ -58,6 +60,7 @@ __all__ = [
     "COMPUTE_DTYPES",
     "DDPG_RULES",
     "ON_POLICY_RULES",
+    "PARTITIONERS",
     "POLICY_DEFAULTS",
     "PPO_ONLY_KEYS",
     "RUN_DEFAULTS",
@@ -93,6 +96,7 @@ TOP_LEVEL_KEYS = (
     "policies",
     "run",
     "num_devices",
+    "partitioner",
 )
 
 #: Defaults of the top-level keys (``env_name`` and ``algorithm`` have none).
@@ -103,7 +107,11 @@ TOP_LEVEL_DEFAULTS: dict[str, Any] = {
     "num_steps": 128,
     "total_env_steps": 100_000,
     "num_devices": 1,
+    "partitioner": "shard_map",
 }
+
+#: How a trainer sharded over several devices is partitioned (`RunSpec.partitioner`).
+PARTITIONERS = ("shard_map", "auto")
 
 #: Keys of one PPO/A2C policy's config and their defaults (``groups`` has none: required).
 POLICY_DEFAULTS: dict[str, Any] = {
@@ -191,6 +199,9 @@ def check_top_level(config: Any, allowed: tuple[str, ...] = TOP_LEVEL_KEYS) -> N
         raise ValueError(f"config is missing required key(s) {missing}")
     for k in ("num_envs", "num_steps", "total_env_steps"):
         integer(1)(config[k], f"config.{k}")
+    partitioner = as_dict(config).get("partitioner", "shard_map")
+    if partitioner not in PARTITIONERS:
+        raise ValueError(f"config.partitioner must be one of {PARTITIONERS}, got {partitioner!r}")
     if "seed" in as_dict(config):
         integer(None)(config["seed"], "config.seed")
 
@@ -338,7 +349,8 @@ class RunSpec:
 
     num_envs ``N``, num_steps ``T``, num_iterations ``total_env_steps // (N·T)``,
     num_devices the resolved device count ``D`` (``N`` divisible by it), policies the
-    `PolicySpec` of every policy by name, in config order.
+    `PolicySpec` of every policy by name, in config order, partitioner how ``D > 1``
+    devices split the trainer (`PARTITIONERS`).
     """
 
     env: Env
@@ -348,6 +360,7 @@ class RunSpec:
     num_iterations: int
     num_devices: int
     policies: dict[str, PolicySpec]
+    partitioner: str = "shard_map"
 
 
 def resolve_run(
@@ -384,7 +397,8 @@ def resolve_run(
     specs = resolve_policies(config, env, algo_defaults, policy_defaults, rules, hints)
     if "run" in as_dict(config) and config["run"] is not None:
         as_dict(config["run"], "config.run")
-    return RunSpec(env, env_params, num_envs, num_steps, n_iter, n_dev, specs)
+    partitioner = str(as_dict(config).get("partitioner", "shard_map"))
+    return RunSpec(env, env_params, num_envs, num_steps, n_iter, n_dev, specs, partitioner)
 
 
 # ----------------------------------------------------------------------------------------

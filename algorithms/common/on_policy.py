@@ -143,7 +143,6 @@ def make_on_policy_trainer(
         hints=hints,
     )
     setup = build_setup(run, loss_fn, single_step)
-    names = setup.names
 
     def init(key: jax.Array) -> RunnerState:
         return _init(setup, key)
@@ -183,8 +182,9 @@ def make_on_policy_trainer(
             if ps.recurrent
         }
 
-    if setup.axis is not None:
-        init, update = _shard_trainer(init, update, make_mesh(run.num_devices), names)
+    if run.num_devices > 1:
+        mesh = make_mesh(run.num_devices)
+        init, update = _shard_trainer(init, update, mesh, manual=setup.axis is not None)
 
     return Trainer(
         init=init,
@@ -366,15 +366,24 @@ def _state_specs(rs: RunnerState) -> RunnerState:
     )
 
 
-def _shard_trainer(init: Callable, update: Callable, mesh: Any, names: tuple[str, ...]):
+def _shard_trainer(init: Callable, update: Callable, mesh: Any, *, manual: bool):
     """``(init, update)`` over ``mesh``: ``init`` returns globally sharded states (the
-    same global computation as one device), ``update`` runs per device in ``shard_map``."""
+    same global computation as one device). ``manual``: ``update`` runs per device in
+    ``shard_map`` (it was built for ``N/D`` envs with explicit collectives); otherwise
+    ``update`` is the one-device program over all ``N`` envs, its output held to the same
+    shardings, and XLA's partitioner splits it and inserts the collectives."""
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    del names
     specs = _state_specs(jax.eval_shape(init, jax.random.PRNGKey(0)))
     shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), specs)
     sharded_init = jax.jit(init, out_shardings=shardings)
-    sharded_update = shard_map(update, mesh=mesh, in_specs=(specs,), out_specs=(specs, P()))
-    return sharded_init, sharded_update
+    if manual:
+        return sharded_init, shard_map(update, mesh=mesh, in_specs=(specs,), out_specs=(specs, P()))
+
+    def auto_update(state: RunnerState) -> tuple[RunnerState, Any]:
+        state = jax.lax.with_sharding_constraint(state, shardings)
+        new_state, metrics = update(state)
+        return jax.lax.with_sharding_constraint(new_state, shardings), metrics
+
+    return sharded_init, auto_update

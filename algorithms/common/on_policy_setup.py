@@ -231,8 +231,9 @@ class OnPolicySetup:
 
     @property
     def num_local_envs(self) -> int:
-        """``NL``: envs per device."""
-        return self.run.num_envs // self.run.num_devices
+        """``NL``: envs per device (all ``N`` when ``axis`` is None: one device, or the
+        global program that XLA partitions)."""
+        return self.run.num_envs if self.axis is None else self.run.num_envs // self.run.num_devices
 
     @property
     def need_gs(self) -> bool:
@@ -255,6 +256,12 @@ class OnPolicySetup:
         return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, ids)
 
 
+def _manual(run: RunSpec) -> bool:
+    """Whether the trainer runs per device in ``shard_map`` (several devices, the
+    ``"shard_map"`` partitioner), its code then seeing ``N/D`` envs."""
+    return run.num_devices > 1 and run.partitioner == "shard_map"
+
+
 def _check_policy(spec: PolicySpec, run: RunSpec, single_step: bool) -> ActionSpec:
     """The checks of one policy that need the env's sizes; returns its `ActionSpec`."""
     hp, where = spec.hp, f"policy {spec.name!r}"
@@ -269,7 +276,7 @@ def _check_policy(spec: PolicySpec, run: RunSpec, single_step: bool) -> ActionSp
                 f"{where}: num_minibatches={mbs} does not divide its batch of "
                 f"num_steps*num_envs*agents = {batch} samples"
             )
-        if per_env % mbs and run.num_devices > 1:
+        if per_env % mbs and _manual(run):
             raise ValueError(
                 f"{where}: num_minibatches={mbs} does not divide num_steps*agents = {per_env}, "
                 "the samples of one env: with num_devices > 1 minibatches take an equal share "
@@ -292,7 +299,7 @@ def _check_recurrent(spec: PolicySpec, run: RunSpec, single_step: bool) -> None:
             f"{where}: shared_torso shares the actor's core with the critic, so critic_core "
             f"must stay 'same', got {hp['critic_core']!r}"
         )
-    local = run.num_envs // run.num_devices * spec.num_agents
+    local = run.num_envs // (run.num_devices if _manual(run) else 1) * spec.num_agents
     if not single_step and local % hp["num_minibatches"]:
         raise ValueError(
             f"{where}: num_minibatches={hp['num_minibatches']} does not divide the "
@@ -384,7 +391,7 @@ def build_setup(run: RunSpec, loss_fn: LossFn, single_step: bool) -> OnPolicySet
             stats_env, run.num_envs, auto_reset=True, keep_final_obs=not fast_reset
         ),
         fast_reset=fast_reset,
-        axis=DEVICE_AXIS if run.num_devices > 1 else None,
+        axis=DEVICE_AXIS if _manual(run) else None,
         pmap=PolicyMap({p: s.groups for p, s in run.policies.items()}, env.agent_counts),
         policies=policies,
         gs_size=_global_state_size(env, run.env_params) if need_gs else 0,

@@ -66,6 +66,11 @@ flags.DEFINE_integer(
 flags.DEFINE_integer(
     "learn_num_devices", 1, "devices each run's env batch is sharded over", lower_bound=1
 )
+flags.DEFINE_list(
+    "learn_overrides",
+    [],
+    "dotted config overrides of every run, e.g. num_envs=4096,num_steps=80 (Python literals)",
+)
 flags.DEFINE_bool("brax_anchor", True, "also run Brax's PPO on its humanoid when importable")
 flags.DEFINE_integer("brax_timesteps", 30_000_000, "env steps of the Brax PPO run")
 flags.DEFINE_integer("brax_evals", 6, "evaluations of the Brax PPO run")
@@ -115,7 +120,23 @@ def _config(env: str, algorithm: str, seed: int) -> ml_collections.ConfigDict:
         if module != "locomotion":
             raise ValueError(f"{env}: only PPO (MAPPO) runs on the multi-agent env")
         preset = f"{preset},{algorithm}"
-    return load_config(module, preset, seed=seed, num_devices=FLAGS.learn_num_devices)
+    overrides = dict(_override(o) for o in FLAGS.learn_overrides)
+    return load_config(
+        module, preset, seed=seed, num_devices=FLAGS.learn_num_devices, **overrides
+    )
+
+
+def _override(text: str) -> tuple[str, Any]:
+    """``"a.b=3"`` -> ``("a.b", 3)`` (the value a Python literal, else the string)."""
+    import ast
+
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"--learn_overrides: {text!r} is not key=value")
+    try:
+        return key.strip(), ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return key.strip(), value
 
 
 def _first_crossings(curve: list[dict[str, Any]]) -> dict[str, float | None]:
@@ -321,6 +342,8 @@ def run_locomotion_learning_suite(sink: Any = None) -> list[dict[str, Any]]:
                 )
                 rec.update(bench="locomotion_learning", name=env, target=TARGETS[env], **info)
                 rec["train_devices"] = FLAGS.learn_num_devices
+                if FLAGS.learn_overrides:
+                    rec["overrides"] = list(FLAGS.learn_overrides)
                 records.append(rec)
                 if sink is not None:
                     sink.add(rec)

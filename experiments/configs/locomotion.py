@@ -79,6 +79,9 @@ def _ppo(env: str) -> ml_collections.ConfigDict:
         activation="swish",
         action_head="tanh_gaussian_state_std",
     )
+    # several GPUs: XLA partitions the one-device program (its GPU compiler crashes on
+    # MJX's step inside shard_map, docs/continuous_control.md)
+    c.partitioner = "auto"
     c.run.iterations_per_chunk = 5
     c.run.eval_every_chunks = 2
     c.run.eval_num_envs = 32

@@ -317,6 +317,10 @@ def test_batch_size_errors():
     c.num_envs = 0
     with pytest.raises(ValueError, match="num_envs must be a positive integer"):
         make_train(c)
+    c = tiny()
+    c.partitioner = "gspmd"
+    with pytest.raises(ValueError, match=r"config.partitioner must be one of \('shard_map'"):
+        make_train(c)
 
 
 def test_minibatches_not_dividing_one_env_shuffle_whole_batch():

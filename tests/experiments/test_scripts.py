@@ -160,6 +160,7 @@ def test_known_problem_warns_for_sharded_mujoco_on_gpus_only():
     pytest.importorskip("mujoco")
     hopper, _ = jaxdrive.make("Hopper-v5")
     assert "Hopper on 2 GPUs" in common.known_problem(hopper, 2, "gpu")
+    assert common.known_problem(hopper, 2, "gpu", "auto") is None  # XLA partitions it
     assert common.known_problem(hopper, 1, "gpu") is None
     assert common.known_problem(hopper, 2, "cpu") is None
     cartpole, _ = jaxdrive.make("CartPole-v1")
