@@ -121,9 +121,7 @@ def _config(env: str, algorithm: str, seed: int) -> ml_collections.ConfigDict:
             raise ValueError(f"{env}: only PPO (MAPPO) runs on the multi-agent env")
         preset = f"{preset},{algorithm}"
     overrides = dict(_override(o) for o in FLAGS.learn_overrides)
-    return load_config(
-        module, preset, seed=seed, num_devices=FLAGS.learn_num_devices, **overrides
-    )
+    return load_config(module, preset, seed=seed, num_devices=FLAGS.learn_num_devices, **overrides)
 
 
 def _override(text: str) -> tuple[str, Any]:
