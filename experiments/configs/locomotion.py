@@ -3,7 +3,10 @@
 One env preset picks the env and its PPO hyper-parameters, from Brax's training
 notebook (``brax/training/agents/ppo`` trainer): ``humanoid`` (the default),
 ``ant``, ``half_cheetah``, ``hopper``, ``walker2d``. ``sac`` or ``td3`` switch to that
-algorithm with its off-policy settings; ``tiny`` shrinks any of them for a CPU.
+algorithm with its off-policy settings; ``two_gpus`` shards PPO over two GPUs with
+twice the envs and half the steps per iteration (the same samples per update; XLA
+partitions the program, ``config.partitioner = "auto"``); ``tiny`` shrinks any of them
+for a CPU.
 
 Brax's batch layout maps onto ours: each update Brax collects ``batch_size ×
 num_minibatches`` unrolls of ``unroll_length`` steps from ``num_envs`` envs, i.e.
@@ -24,6 +27,7 @@ Actor and critic share one ``hidden_sizes`` (Brax: a 4×32 policy and a 5×256 v
 
     python -m experiments.train --config=experiments/configs/locomotion.py:ant
     python -m experiments.train --config=experiments/configs/locomotion.py:hopper,sac
+    python -m experiments.train --config=experiments/configs/locomotion.py:humanoid,two_gpus
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import ml_collections
 from algorithms.common.config import base_config, parse_presets
 
 ENVS = ("humanoid", "ant", "half_cheetah", "hopper", "walker2d")
-PRESETS = (*ENVS, "sac", "td3", "tiny")
+PRESETS = (*ENVS, "sac", "td3", "two_gpus", "tiny")
 
 #: Per env: registry name and PPO settings after Brax's notebook (unroll_length, batch_size,
 #: num_minibatches, num_updates_per_batch, discounting, learning_rate, entropy_cost,
@@ -122,6 +126,12 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         raise ValueError(f"locomotion presets name one of sac/td3, got {algos}")
     env = envs[0] if envs else "humanoid"
     c = _off_policy(algos[0], env) if algos else _ppo(env)
+    if "two_gpus" in presets:
+        if algos:
+            raise ValueError("the two_gpus preset is for PPO (SAC and TD3 run on one device)")
+        # twice the envs, half the steps: each update learns from the same samples, and
+        # each GPU steps as many envs as one GPU does in the one-GPU preset
+        c.num_devices, c.num_envs, c.num_steps = 2, 2 * c.num_envs, c.num_steps // 2
     if "tiny" in presets:
         c.num_envs, c.total_env_steps = 4, 4 * c.num_steps * 2
         c.run.iterations_per_chunk = 1
