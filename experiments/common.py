@@ -65,7 +65,6 @@ __all__ = [
     "render_rollout",
     "run_settings",
     "save_config",
-    "set_gpu_autotune_level",
     "setup_compilation_cache",
     "trim_jsonl",
     "write_json",
@@ -138,9 +137,8 @@ def setup_compilation_cache(enabled: bool = True, cache_dir: str | None = None) 
 
 
 def define_compilation_cache_flags() -> None:
-    """Defines ``--compilation_cache``, ``--compilation_cache_dir`` and
-    ``--gpu_autotune_level`` (read by `compilation_cache_from_flags`) as flags of the
-    main module (``--helpshort``)."""
+    """Defines ``--compilation_cache`` and ``--compilation_cache_dir`` (read by
+    `compilation_cache_from_flags`) as flags of the main module (``--helpshort``)."""
     import sys
 
     from absl import flags
@@ -156,13 +154,6 @@ def define_compilation_cache_flags() -> None:
         "the compilation cache folder (default: $JAX_COMPILATION_CACHE_DIR, else "
         "$JAXDRIVE_CACHE_DIR, else $XDG_CACHE_HOME/jaxdrive/xla or ~/.cache/jaxdrive/xla)",
         module_name=sys.argv[0],
-    )  # fmt: skip
-    flags.DEFINE_integer(
-        "gpu_autotune_level", 1,
-        "XLA's GPU autotuning level (--xla_gpu_autotune_level) for this run's compiles, "
-        "unless $XLA_FLAGS sets it: 1 autotunes GEMMs without initialising buffers or "
-        "checking results (faster compiles), 4 is XLA's default, 0 turns autotuning off",
-        lower_bound=0, upper_bound=5, module_name=sys.argv[0],
     )  # fmt: skip
 
 
@@ -206,26 +197,10 @@ def check_run_folder(
             )
 
 
-def set_gpu_autotune_level(level: int) -> bool:
-    """Adds ``--xla_gpu_autotune_level=<level>`` to ``$XLA_FLAGS`` unless it names that
-    flag already or JAX's backends have started (XLA reads the variable once, when they
-    start); returns whether it did. The level changes compile time, not results beyond
-    which GEMM kernel XLA picks."""
-    from jax._src import xla_bridge
-
-    flags_now = os.environ.get("XLA_FLAGS", "")
-    if "xla_gpu_autotune_level" in flags_now or xla_bridge.backends_are_initialized():
-        return False
-    os.environ["XLA_FLAGS"] = f"{flags_now} --xla_gpu_autotune_level={int(level)}".strip()
-    return True
-
-
 def compilation_cache_from_flags() -> str | None:
-    """`setup_compilation_cache` and `set_gpu_autotune_level` as the flags of
-    `define_compilation_cache_flags` say."""
+    """`setup_compilation_cache` as the flags of `define_compilation_cache_flags` say."""
     from absl import flags
 
-    set_gpu_autotune_level(flags.FLAGS.gpu_autotune_level)
     return setup_compilation_cache(
         flags.FLAGS.compilation_cache, flags.FLAGS.compilation_cache_dir or None
     )

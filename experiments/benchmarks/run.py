@@ -131,11 +131,6 @@ flags.DEFINE_list(
 )
 flags.DEFINE_integer("parity_states", 10_000, "states per env of --suite=mujoco_parity")
 flags.DEFINE_enum("parity_model", "mjx", ["mjx", "gymnasium"], "model of --suite=mujoco_parity")
-flags.DEFINE_integer(
-    "gpu_autotune_level", 1,
-    "XLA's GPU autotuning level unless $XLA_FLAGS sets it (as experiments.train's flag)",
-    lower_bound=0, upper_bound=5,
-)  # fmt: skip
 flags.DEFINE_string("compare", "", "anchor JSON lines to compare with (comma-separated globs)")
 
 # (num_envs, taggers, runners, full_obs, k)
@@ -470,7 +465,6 @@ def main(argv: list[str]) -> None:
 def _run() -> None:
     import jax
 
-    common.set_gpu_autotune_level(FLAGS.gpu_autotune_level)
     out = common.check_output_path(FLAGS.out)
     for part in filter(None, FLAGS.compare.split(",")):
         if not glob.glob(part):

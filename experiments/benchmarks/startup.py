@@ -41,10 +41,6 @@ flags.DEFINE_integer("iterations", 20, "iterations to train (total_env_steps is 
 flags.DEFINE_bool("animation", True, "write the animation at the end (as the CLI does)")
 flags.DEFINE_string("out", None, "append the records as JSON lines to this file")
 flags.DEFINE_bool("program_store", True, "experiments.train's --program_store")
-flags.DEFINE_integer(
-    "gpu_autotune_level", 1, "experiments.train's --gpu_autotune_level", lower_bound=0,
-    upper_bound=5,
-)  # fmt: skip
 
 
 def _steps_per_iteration(config: str, num_envs: int, num_steps: int | None) -> int:
@@ -113,7 +109,6 @@ def main(argv: list[str]) -> None:
         f"--config.total_env_steps={per_it * FLAGS.iterations}",
         "--animation" if FLAGS.animation else "--noanimation",
         f"--program_store={str(FLAGS.program_store).lower()}",
-        f"--gpu_autotune_level={FLAGS.gpu_autotune_level}",
     ]  # fmt: skip
     if FLAGS.num_steps:
         args.append(f"--config.num_steps={FLAGS.num_steps}")
@@ -125,7 +120,6 @@ def main(argv: list[str]) -> None:
             rec.update(bench="startup", cache=name, config=FLAGS.config, num_envs=FLAGS.num_envs,
                        iterations=FLAGS.iterations, backend=jax.default_backend(),
                        program_store=FLAGS.program_store,
-                       gpu_autotune_level=FLAGS.gpu_autotune_level,
                        xla_flags=os.environ.get("XLA_FLAGS", ""))  # fmt: skip
             records.append(rec)
     print(f"{'cache':<6} {'chunk ready':>12} {'first line':>18} {'last iter':>10} "
