@@ -46,7 +46,11 @@ batch is sharded over a 1-D mesh (axis ``"dev"``); each device runs the iteratio
 gradients, loss metrics and advantage-normalisation statistics are sums of per-device
 masked sums divided by the global active count (``psum``), observation/return statistics
 are pooled the same way, episode statistics are summed. Parameters and optimiser states
-stay replicated (every device applies the same averaged gradient).
+stay replicated (every device applies the same averaged gradient). With
+``config.partitioner = "auto"`` the update is instead the one-device program over all
+``N`` envs, the runner state sharded the same way, and XLA's partitioner splits it and
+inserts the collectives (for envs whose code XLA cannot compile inside ``shard_map``:
+the MJX envs); the numbers are the same.
 
 **Randomness does not depend on D**: every per-env random draw (action sampling, env
 step and auto-reset) uses ``fold_in(key, global env index)``, and minibatches are
