@@ -130,3 +130,22 @@ def test_pendulum_benchmark_configs_build(alg):
     c = pendulum_config(alg)
     trainer = algorithms.make_train(c, None)  # Pendulum-v1 from the registry
     assert trainer.num_iterations == 20_000 // 64 and trainer.env_steps_per_iteration == 64
+
+
+def test_locomotion_presets_for_two_gpus_and_suite_overrides():
+    """``two_gpus`` doubles the envs and halves the steps (the same samples per update)
+    on 2 devices partitioned by XLA; the learning suite's ``--learn_overrides`` parse
+    ``key=value`` with Python literals and refuse anything else."""
+    from experiments.benchmarks.locomotion_learning import _override
+    from experiments.configs import locomotion
+
+    one, two = locomotion.get_config("humanoid"), locomotion.get_config("humanoid,two_gpus")
+    assert (two.num_devices, two.partitioner) == (2, "auto")
+    assert (two.num_envs, two.num_steps) == (2 * one.num_envs, one.num_steps // 2)
+    with pytest.raises(ValueError, match="two_gpus preset is for PPO"):
+        locomotion.get_config("hopper,sac,two_gpus")
+    assert _override("num_envs=4096") == ("num_envs", 4096)
+    assert _override("algo.ent_coef=1e-3") == ("algo.ent_coef", 1e-3)
+    assert _override("policies.agent.activation=relu") == ("policies.agent.activation", "relu")
+    with pytest.raises(ValueError, match="is not key=value"):
+        _override("num_envs")
