@@ -18,7 +18,16 @@ from jaxdrive.signals import StopRequest, run_stoppable
 from tests.test_league_script import _config as league_config
 
 
-def test_first_signal_asks_second_acts_handlers_restored():
+@pytest.fixture
+def python_sigint():
+    """Python's own SIGINT handler for the test (a test runner's worker may have
+    installed another, e.g. one that ignores it), the runner's back afterwards."""
+    runner = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, runner)
+
+
+def test_first_signal_asks_second_acts_handlers_restored(python_sigint):
     before = {s: signal.getsignal(s) for s in StopRequest.SIGNALS}
     with StopRequest() as stop:
         assert not stop.requested and stop.name is None
