@@ -115,6 +115,23 @@ def single(out: str) -> None:
     res["eval_D2_fallbacks"] = len(fallbacks)
     res["eval_D2_return"] = ev["returns"]["agent"]["mean"]
 
+    # A population split over 2 devices: members vmapped under shard_map, and the same
+    # partitioned by XLA (the member config's partitioner="auto").
+    from experiments.configs import population as population_configs
+
+    pops = {}
+    for part in ("shard_map", "auto"):
+        pc = population_configs.get_config("cartpole,tiny")
+        pc.population.num_devices, pc.partitioner = 2, part
+        pop = algorithms.make_population_train(pc)
+        ps = jax.jit(pop.init)(jax.random.PRNGKey(2))
+        ps, pm = jax.jit(lambda s, pop=pop: pop.chunk(s, 2))(ps)
+        pops[part] = _host((ps.members.policies, pm))
+        res[f"population_{part}_shards"] = len(
+            jax.tree.leaves(ps.members.env_state)[0].sharding.device_set
+        )
+    res["population_auto_D2"] = _max_rel(pops["auto"], pops["shard_map"])
+
     # Checkpoints: save with D=2 after one chunk, resume on 1 and 4 devices.
     import tempfile
 

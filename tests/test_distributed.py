@@ -88,6 +88,13 @@ def test_auto_partitioner_same_as_one_device(single):
     assert single["cartpole_ppo_auto_D2_shards"] == 2
 
 
+def test_population_members_partitioned_by_xla_as_in_shard_map(single):
+    """A population over 2 devices computes the same members and metrics with the
+    member config's ``partitioner="auto"`` as in ``shard_map``, split over both."""
+    assert single["population_auto_D2"] < RTOL
+    assert single["population_shard_map_shards"] == single["population_auto_shards"] == 2
+
+
 def test_evaluation_of_sharded_params_uses_its_compiled_program(single):
     """Parameters replicated over 2 devices are evaluated on one by the program compiled
     ahead for their shapes: no second compile."""

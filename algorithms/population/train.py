@@ -28,7 +28,9 @@ Selection (every ``pbt.interval_chunks`` chunks, `Population.select`):
 
 **Devices** (``population.num_devices`` = D > 1): the member axis is split over a 1-D
 mesh (axis ``"member"``); a chunk runs each device's ``P/D`` members in ``shard_map``
-(no communication), selection is a jitted function of the sharded state. Members'
+(no communication; with the member config's ``partitioner = "auto"``, as the MuJoCo
+configs set, XLA partitions the vmapped members instead), selection is a jitted
+function of the sharded state. Members'
 randomness does not depend on D, so a population gives the same numbers on any D that
 divides ``P`` (up to floating-point differences of batched kernels).
 
@@ -206,6 +208,11 @@ class Population:
         def run(members):
             return jax.vmap(lambda rs: self.trainer.chunk(rs, num_iterations))(members)
 
+        if self.mesh is not None and self.config.get("partitioner", "shard_map") == "auto":
+            # XLA partitions the vmapped members (the MJX envs, which XLA's GPU compiler
+            # cannot compile inside shard_map); members never communicate either way
+            members, metrics = run(state.members)
+            return self._constrain(state.replace(members=members)), metrics
         if self.mesh is not None:
             axis = Spec(MEMBER_AXIS)
             run = shard_map(run, mesh=self.mesh, in_specs=(axis,), out_specs=(axis, axis))
