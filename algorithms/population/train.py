@@ -30,9 +30,9 @@ Selection (every ``pbt.interval_chunks`` chunks, `Population.select`):
 mesh (axis ``"member"``); a chunk runs each device's ``P/D`` members in ``shard_map``
 (no communication; with the member config's ``partitioner = "auto"``, as the MuJoCo
 configs set, XLA partitions the vmapped members instead), selection is a jitted
-function of the sharded state. Members'
-randomness does not depend on D, so a population gives the same numbers on any D that
-divides ``P`` (up to floating-point differences of batched kernels).
+function of the sharded state. Members' randomness does not depend on D, so a
+population gives the same numbers on any D that divides ``P`` (up to floating-point
+differences of batched kernels).
 
 Dimension letters: ``P`` members, ``H`` varied hyper-parameter slots, ``K`` leaderboard
 entries (or iterations of a chunk in metrics ``[P, K]``).
