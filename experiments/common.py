@@ -30,7 +30,7 @@ from typing import Any
 import jax
 from absl import logging
 
-from algorithms.common.config import RUN_DEFAULTS, config_to_dict
+from algorithms.common.config import RUN_DEFAULTS, TOP_LEVEL_DEFAULTS, config_to_dict
 from experiments.policy_runs import (
     animate_states,
     compile_evaluation,
@@ -355,7 +355,7 @@ def build(config: Any) -> tuple[Any, Any, Any]:
         env,
         resolve_num_devices(config.get("num_devices", 1)),
         jax.default_backend(),
-        config.get("partitioner", "shard_map"),
+        config.get("partitioner", TOP_LEVEL_DEFAULTS["partitioner"]),
     )
     if problem:
         logging.warning(problem)

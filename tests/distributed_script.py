@@ -95,6 +95,9 @@ def single(out: str) -> None:
     # The same 2-device run partitioned by XLA (config.partitioner="auto").
     auto = _config("cartpole", "tiny", 2, partitioner="auto", **over)
     tr_auto = _trainer(auto)
+    for name, tr in (("auto", tr_auto), ("shard_map", trainers[2])):  # a manual region?
+        text = jax.jit(tr.update).lower(jax.jit(tr.init)(jax.random.PRNGKey(3))).as_text()
+        res[f"cartpole_{name}_D2_manual"] = "manual_computation" in text
     rs, hist = loop(tr_auto)
     res["cartpole_ppo_auto_D2"] = _max_rel(_host((tr_auto.get_params(rs), hist.metrics)), ref)
     res["cartpole_ppo_auto_D2_shards"] = len(rs.timestep.reward["agent"].sharding.device_set)
@@ -125,7 +128,9 @@ def single(out: str) -> None:
         pc.population.num_devices, pc.partitioner = 2, part
         pop = algorithms.make_population_train(pc)
         ps = jax.jit(pop.init)(jax.random.PRNGKey(2))
-        ps, pm = jax.jit(lambda s, pop=pop: pop.chunk(s, 2))(ps)
+        chunk = jax.jit(lambda s, pop=pop: pop.chunk(s, 2))
+        res[f"population_{part}_manual"] = "manual_computation" in chunk.lower(ps).as_text()
+        ps, pm = chunk(ps)
         pops[part] = _host((ps.members.policies, pm))
         res[f"population_{part}_shards"] = len(
             jax.tree.leaves(ps.members.env_state)[0].sharding.device_set

@@ -86,6 +86,8 @@ def test_auto_partitioner_same_as_one_device(single):
     run on several GPUs) trains like 1 device, its env state split over both."""
     assert single["cartpole_ppo_auto_D2"] < RTOL
     assert single["cartpole_ppo_auto_D2_shards"] == 2
+    # the auto program has no shard_map region (the default's has): the option is used
+    assert single["cartpole_shard_map_D2_manual"] and not single["cartpole_auto_D2_manual"]
 
 
 def test_population_members_partitioned_by_xla_as_in_shard_map(single):
@@ -93,6 +95,7 @@ def test_population_members_partitioned_by_xla_as_in_shard_map(single):
     member config's ``partitioner="auto"`` as in ``shard_map``, split over both."""
     assert single["population_auto_D2"] < RTOL
     assert single["population_shard_map_shards"] == single["population_auto_shards"] == 2
+    assert single["population_shard_map_manual"] and not single["population_auto_manual"]
 
 
 def test_evaluation_of_sharded_params_uses_its_compiled_program(single):

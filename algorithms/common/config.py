@@ -199,7 +199,7 @@ def check_top_level(config: Any, allowed: tuple[str, ...] = TOP_LEVEL_KEYS) -> N
         raise ValueError(f"config is missing required key(s) {missing}")
     for k in ("num_envs", "num_steps", "total_env_steps"):
         integer(1)(config[k], f"config.{k}")
-    partitioner = as_dict(config).get("partitioner", "shard_map")
+    partitioner = as_dict(config).get("partitioner", TOP_LEVEL_DEFAULTS["partitioner"])
     if partitioner not in PARTITIONERS:
         raise ValueError(f"config.partitioner must be one of {PARTITIONERS}, got {partitioner!r}")
     if "seed" in as_dict(config):
@@ -397,7 +397,7 @@ def resolve_run(
     specs = resolve_policies(config, env, algo_defaults, policy_defaults, rules, hints)
     if "run" in as_dict(config) and config["run"] is not None:
         as_dict(config["run"], "config.run")
-    partitioner = str(as_dict(config).get("partitioner", "shard_map"))
+    partitioner = str(as_dict(config).get("partitioner", TOP_LEVEL_DEFAULTS["partitioner"]))
     return RunSpec(env, env_params, num_envs, num_steps, n_iter, n_dev, specs, partitioner)
 
 

@@ -208,7 +208,7 @@ class Population:
         def run(members):
             return jax.vmap(lambda rs: self.trainer.chunk(rs, num_iterations))(members)
 
-        if self.mesh is not None and self.config.get("partitioner", "shard_map") == "auto":
+        if self.mesh is not None and self.config.get("partitioner") == "auto":
             # XLA partitions the vmapped members (the MJX envs, which XLA's GPU compiler
             # cannot compile inside shard_map); members never communicate either way
             members, metrics = run(state.members)
