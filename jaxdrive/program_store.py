@@ -247,7 +247,13 @@ class ProgramStore:
             _bind_lazy_kernels()
             in_tree = jax.tree.structure((tuple(args), {}))
             out_tree = jax.tree.structure(outputs(meta))
-            return serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+            devices = None  # as stored: a one-device program stays on one device
+            if meta.get("device_ids") is not None:
+                by_id = {d.id: d for d in jax.devices()}
+                devices = [by_id[i] for i in meta["device_ids"]]
+            return serialize_executable.deserialize_and_load(
+                payload, in_tree, out_tree, execution_devices=devices
+            )
         except Exception as e:  # an entry that does not load is a miss, never an error
             log.info("program store: %s did not load (%s); building it", key, e)
             return None
@@ -264,12 +270,13 @@ class ProgramStore:
 
             try:
                 payload, in_tree, out_tree = serialize_executable.serialize(executable)
+                ids = [d.id for d in executable.runtime_executable().local_devices()]
             except Exception as e:  # not serializable here: nothing stored
                 log.info("program store: %s not stored (%s)", key, e)
                 return
             same_in = in_tree == jax.tree.structure((tuple(args), {}))
             if same_in and out_tree == jax.tree.structure(outputs):
-                self.save(key, payload, meta)
+                self.save(key, payload, {**meta, "device_ids": ids})
             else:
                 log.info("program store: %s not stored (its structures are not rebuilt)", key)
 

@@ -118,6 +118,27 @@ def single(out: str) -> None:
     res["eval_D2_fallbacks"] = len(fallbacks)
     res["eval_D2_return"] = ev["returns"]["agent"]["mean"]
 
+    # A one-device program kept in a program store loads back onto one device in this
+    # two-device process (a warm start's evaluation program), and one for both devices
+    # onto both.
+    import tempfile
+
+    from jaxdrive.program_store import ProgramStore
+
+    store = ProgramStore(tempfile.mkdtemp(prefix="jaxdrive-store-"))
+    x1 = jax.numpy.arange(4.0)
+    x2 = jax.device_put(jax.numpy.arange(4.0), jax.sharding.NamedSharding(
+        jax.sharding.Mesh(np.array(jax.devices()[:2]), ("d",)), jax.sharding.PartitionSpec("d")
+    ))  # fmt: skip
+    for name, x in (("one", x1), ("two", x2)):
+        exe = jax.jit(lambda v: v * 2.0).lower(x).compile()
+        store.save_executable(name, exe, (x,), x, {}).join()
+        loaded = store.load_executable(name, (x,), lambda meta: x)
+        try:
+            res[f"store_{name}_device"] = float(loaded(x).sum())
+        except Exception as e:  # the failure's text, for the test's message
+            res[f"store_{name}_device"] = str(e)
+
     # A population split over 2 devices: members vmapped under shard_map, and the same
     # partitioned by XLA (the member config's partitioner="auto").
     from experiments.configs import population as population_configs

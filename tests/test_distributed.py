@@ -105,6 +105,13 @@ def test_evaluation_of_sharded_params_uses_its_compiled_program(single):
     assert single["eval_D2_return"] > 0
 
 
+def test_program_store_loads_onto_the_devices_it_was_built_for(single):
+    """With 2 devices, a stored one-device executable runs on one device and a stored
+    two-device one on both (it used to load onto every device and fail on its
+    arguments)."""
+    assert single["store_one_device"] == single["store_two_device"] == 12.0
+
+
 def test_tag_a2c_normalization_same_on_2_devices(single):
     """Pooled obs/return statistics and the A2C step agree across device counts."""
     assert single["tag_a2c_normalized_D2"] < RTOL

@@ -12,7 +12,10 @@ observation), ``tag_big`` (2000 envs × (5+995), k = 10), ``tag_a2c`` and ``tag_
 (training, 1000 envs × (10+100), 25 steps, fc 256×256), ``cartpole_a2c`` (10,000 envs ×
 500 steps), ``cartpole_env`` (CartPole env-only, ``--cartpole_envs`` envs × 1000 steps,
 auto-reset by ``--reset_mode``), ``qmix_smax`` (QMIX on SMAX ``3s5z``, the
-``qlearning.py:qmix_smax`` config).
+``qlearning.py:qmix_smax`` config), ``humanoid_ppo`` (Humanoid-v5 PPO, the
+``locomotion.py:humanoid`` config: 2048 envs × 160 steps, 8 epochs of 32 minibatches),
+``humanoid_env`` (Humanoid-v5 env-only, 2048 envs × 100 steps, auto-reset by
+``--auto_reset``).
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ def define_flags() -> None:
 
 TARGETS = (
     "tag_k10", "tag_full", "tag_big", "tag_a2c", "tag_ppo", "cartpole_a2c", "cartpole_env",
-    "qmix_smax",
+    "qmix_smax", "humanoid_ppo", "humanoid_env",
 )  # fmt: skip
 
 
@@ -190,6 +193,12 @@ def _run_target(name: str, tiny: bool, trace_dir: str) -> dict[str, Any]:
             env, params, n, 10 if tiny else 1000, 3, profile_dir=trace_dir,
             reset_mode=FLAGS.reset_mode,
         )  # fmt: skip
+    if name == "humanoid_env":
+        env, params = jaxdrive.make("Humanoid-v5")
+        return time_env_steps(
+            env, params, 4 if tiny else 2048, 5 if tiny else 100, 3, profile_dir=trace_dir,
+            auto_reset=FLAGS.auto_reset, fold=False,
+        )  # fmt: skip
     if name in ("tag_a2c", "tag_ppo"):
         config = load_config("tag_continuous", name.split("_")[1] if name == "tag_a2c" else "")
         config.num_envs, config.num_steps = (8, 8) if tiny else (1000, 25)
@@ -199,6 +208,8 @@ def _run_target(name: str, tiny: bool, trace_dir: str) -> dict[str, Any]:
         config = load_config("cartpole", "a2c")
         config.num_envs, config.num_steps = (16, 10) if tiny else (10_000, 500)
         config.policies.agent.hidden_sizes = (32, 32)
+    elif name == "humanoid_ppo":  # the locomotion_learning row's trainer, without evaluations
+        config = load_config("locomotion", "humanoid,tiny" if tiny else "humanoid")
     elif name == "qmix_smax":  # the marl_learning row: SMAX 3s5z, JaxMARL's QMIX settings
         config = load_config("qlearning", "qmix_smax,tiny" if tiny else "qmix_smax")
     else:
