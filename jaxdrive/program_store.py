@@ -235,7 +235,8 @@ class ProgramStore:
         self, key: str, args: tuple, outputs: Callable[[dict[str, Any]], Any]
     ) -> Any | None:
         """The executable stored under ``key`` for arguments like ``args`` (arrays or
-        `jax.ShapeDtypeStruct` s), its results structured as ``outputs(meta)``; ``None``
+        `jax.ShapeDtypeStruct` s), its results structured as ``outputs(meta)``, on the
+        devices it was stored from (all devices for one that spanned processes); ``None``
         where there is none or it does not load (logged: a miss, never an error)."""
         got = self.load(key)
         if got is None:
@@ -247,7 +248,7 @@ class ProgramStore:
             _bind_lazy_kernels()
             in_tree = jax.tree.structure((tuple(args), {}))
             out_tree = jax.tree.structure(outputs(meta))
-            devices = None  # as stored: a one-device program stays on one device
+            devices = None  # None: all of the backend's devices
             if meta.get("device_ids") is not None:
                 by_id = {d.id: d for d in jax.devices()}
                 devices = [by_id[i] for i in meta["device_ids"]]
@@ -270,7 +271,10 @@ class ProgramStore:
 
             try:
                 payload, in_tree, out_tree = serialize_executable.serialize(executable)
-                ids = [d.id for d in executable.runtime_executable().local_devices()]
+                # the devices it runs on, to load it back onto (a one-device program in
+                # a process with several); one spanning processes loads onto all
+                devices = executable.runtime_executable().local_devices()
+                ids = [d.id for d in devices] if jax.process_count() == 1 else None
             except Exception as e:  # not serializable here: nothing stored
                 log.info("program store: %s not stored (%s)", key, e)
                 return
