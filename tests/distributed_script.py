@@ -159,8 +159,6 @@ def single(out: str) -> None:
     res["population_auto_D2"] = _max_rel(pops["auto"], pops["shard_map"])
 
     # Checkpoints: save with D=2 after one chunk, resume on 1 and 4 devices.
-    import tempfile
-
     for d_new in (1, 4):
         wd = tempfile.mkdtemp()
         loop(trainers[2], wd, stop=ITERS)

@@ -360,7 +360,7 @@ class RunSpec:
     num_iterations: int
     num_devices: int
     policies: dict[str, PolicySpec]
-    partitioner: str = "shard_map"
+    partitioner: str = TOP_LEVEL_DEFAULTS["partitioner"]
 
 
 def resolve_run(
