@@ -29,6 +29,7 @@ from mujoco import mjx
 
 import jaxdrive
 from environments.mujoco import locomotion
+from environments.mujoco.fusion import fuse_static
 from environments.mujoco.model import MJX_PRESETS, MjxModelConfig
 from environments.mujoco.reference import compare, gymnasium_env, one_step, random_states
 from jaxdrive import testing
@@ -62,8 +63,11 @@ def _host_step(env, ref, qpos, qvel, action):
 def test_v5_semantics_from_gymnasium_data(name, options):
     """Observation, each reward term, the reward and termination computed from
     Gymnasium's own post-step data equal its values (float32 rounding); without the
-    contact cost, as Gymnasium's with a zero ``contact_cost_weight``."""
-    env = getattr(locomotion, name)(**options)
+    contact cost, as Gymnasium's with a zero ``contact_cost_weight``. Gymnasium's data
+    is of the file's bodies, so the model here is not fused (the fused bodies' rows:
+    `test_fused_static_bodies_observe_the_files_bodies`)."""
+    unfused = dataclasses.replace(MJX_PRESETS[name], fuse_static=False)
+    env = getattr(locomotion, name)(model=unfused, **options)
     params = env.default_params
     ref = gymnasium_env(env)
     qpos, qvel = random_states(ref, 6, seed=3)
@@ -167,6 +171,69 @@ def test_mjx_model_edits():
     shipped = locomotion.Humanoid(model="gymnasium").mj_model
     assert shipped.opt.integrator == mujoco.mjtIntegrator.mjINT_RK4
     assert dataclasses.replace(cfg, iterations=3) != cfg  # hashable, comparable configs
+
+
+@pytest.mark.parametrize("name", ["Humanoid", "Ant"])
+def test_fused_static_bodies_observe_the_files_bodies(name):
+    """The "mjx" preset's `MjxModelConfig.fuse_static`: MJX steps a model with the
+    jointless bodies merged (Humanoid's feet, Ant's leg roots). From the same states,
+    with contacts (CPU MuJoCo ``mj_forward`` and ``mj_rnePostConstraint`` on both
+    models), the rows rebuilt for the file's bodies (``cinert``, ``cvel``,
+    ``cfrc_ext``, frame origins) equal the unfused model's (float32 rounding; 1e-4 of
+    the largest for the contact forces); the
+    merged bodies keep the colliding body's contact weights; a reset's observation
+    equals the unfused env's."""
+    env = getattr(locomotion, name)()
+    m = env.mj_model
+    fused, body_map = fuse_static(m, env.model_xml())
+    assert env.mjx_model.nbody == fused.nbody == m.nbody - {"Humanoid": 2, "Ant": 4}[name]
+    ref = gymnasium_env(env)
+    qpos, qvel = random_states(ref, 24, seed=5)
+    d0, d1 = mujoco.MjData(m), mujoco.MjData(fused)
+    contacts = 0
+
+    def close(ours, want, rtol=1e-5):
+        assert np.abs(np.asarray(ours) - want).max() <= rtol * max(1.0, np.abs(want).max())
+
+    for q, v in zip(qpos, qvel, strict=True):
+        for model, d in ((m, d0), (fused, d1)):
+            mujoco.mj_resetData(model, d)
+            d.qpos[:], d.qvel[:] = q, v
+            mujoco.mj_forward(model, d)
+            mujoco.mj_rnePostConstraint(model, d)
+        contacts += d0.ncon
+        data = mjx.put_data(fused, d1)
+        close(body_map.cinert(data), d0.cinert)
+        close(body_map.cvel(data), d0.cvel)
+        # the contact solve (one Newton iteration) amplifies the merged inertia's rounding
+        close(body_map.cfrc_ext(jnp.asarray(d1.cfrc_ext, jnp.float32)), d0.cfrc_ext, 1e-4)
+        for b in range(m.nbody):
+            close(body_map.xpos(data, b), d0.xpos[b])
+    assert contacts > 0
+    for b in np.flatnonzero(body_map.wrench):
+        carrier = body_map.carrier[b]
+        np.testing.assert_array_equal(fused.body_invweight0[carrier], m.body_invweight0[b])
+    unfused = getattr(locomotion, name)(
+        model=dataclasses.replace(MJX_PRESETS[name], fuse_static=False)
+    )
+    state = env.state_from(qpos[-1], qvel[-1])
+    want = unfused.state_from(qpos[-1], qvel[-1])
+    params = env.default_params
+    close(
+        env._obs(state.data, state.cfrc_ext, params), unfused._obs(want.data, want.cfrc_ext, params)
+    )
+
+
+def test_fuse_static_refuses_what_it_cannot_split():
+    """Contacts on two bodies merged into one cannot be told apart: a clear error."""
+    both = dataclasses.replace(
+        MJX_PRESETS["Humanoid"], contact_geoms=("right_shin1", "right_foot", "left_foot")
+    )
+    with pytest.raises(ValueError, match="cannot be told apart"):
+        locomotion.Humanoid(model=both)
+    with pytest.raises(ValueError, match="fuse_static must be a bool"):
+        MjxModelConfig(fuse_static=1)
+    assert locomotion.Hopper(model=MjxModelConfig(fuse_static=True))._cache["body_map"] is None
 
 
 def test_ant_foot_spheres():

@@ -27,6 +27,7 @@ import numpy as np
 from flax import struct
 
 from environments.classic_control import single_agent_timestep
+from environments.mujoco.fusion import fuse_static
 from environments.mujoco.model import MjxModelConfig, gymnasium_asset, load_model, resolve_config
 from jaxdrive.env import Env
 from jaxdrive.spaces import Box, Space
@@ -102,9 +103,11 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
         config = resolve_config(self._ENV, self.model)
         path = self.xml_file if self.xml_file is not None else gymnasium_asset(self._XML)
         mj_model, xml = load_model(path, config)
-        mx = mjx.put_model(mj_model)
+        sim_model, body_map = fuse_static(mj_model, xml) if config.fuse_static else (mj_model, None)
+        mx = mjx.put_model(sim_model)
         cache = dict(
             mj_model=mj_model,
+            body_map=body_map,
             mjx_model=mx,
             xml=xml,
             config=config,
@@ -124,8 +127,24 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
 
     @property
     def mjx_model(self) -> Any:
-        """The `mjx.Model` that `step` runs."""
+        """The `mjx.Model` that `step` runs (`mj_model`, or its copy with jointless
+        bodies fused where `MjxModelConfig.fuse_static`)."""
         return self._cache["mjx_model"]
+
+    def body_cinert(self, data: Any) -> jax.Array:
+        """``[B, 10]`` ``cinert`` of `mj_model`'s bodies from the stepped ``data``."""
+        body_map = self._cache["body_map"]
+        return data._impl.cinert if body_map is None else body_map.cinert(data)
+
+    def body_cvel(self, data: Any) -> jax.Array:
+        """``[B, 6]`` ``cvel`` of `mj_model`'s bodies from the stepped ``data``."""
+        body_map = self._cache["body_map"]
+        return data.cvel if body_map is None else body_map.cvel(data)
+
+    def body_xpos(self, data: Any, body: int) -> jax.Array:
+        """``[3]`` the frame origin of `mj_model`'s body ``body`` from the stepped ``data``."""
+        body_map = self._cache["body_map"]
+        return data.xpos[body] if body_map is None else body_map.xpos(data, body)
 
     @property
     def model_config(self) -> MjxModelConfig:
@@ -222,7 +241,7 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
         """The state of Gymnasium's ``set_state(qpos, qvel)`` after ``mj_resetData``:
         zero controls, warm start and time; of what ``mj_forward`` computes, the fields
         the observations and the next step's forward velocity read (``xpos``,
-        ``xipos``, ``subtree_com``, ``cinert``, ``cvel``), the others left as
+        ``xmat``, ``xipos``, ``subtree_com``, ``cinert``, ``cvel``), the others left as
         `mjx.make_data` makes them (the next step computes them before reading them,
         as ``mj_step`` does); ``cfrc_ext`` zero."""
         from mujoco import mjx
@@ -234,6 +253,7 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
         k = mjx.com_vel(m, mjx.com_pos(m, mjx.kinematics(m, d)))
         d = d.replace(
             xpos=k.xpos,
+            xmat=k.xmat,
             xipos=k.xipos,
             subtree_com=k.subtree_com,
             cvel=k.cvel,
@@ -263,6 +283,8 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
         data = jax.lax.fori_loop(0, self.frame_skip, lambda _, d: mjx.step(m, d), data)
         if self.uses_cfrc_ext:
             cfrc_ext = mjx.rne_postconstraint(m, data)._impl.cfrc_ext
+            if self._cache["body_map"] is not None:
+                cfrc_ext = self._cache["body_map"].cfrc_ext(cfrc_ext)
         else:
             cfrc_ext = jnp.zeros((self.mj_model.nbody, 6), jnp.float32)
         return data, cfrc_ext.astype(jnp.float32)

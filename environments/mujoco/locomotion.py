@@ -136,9 +136,9 @@ class Humanoid(MujocoEnv[HumanoidParams]):
     def _obs(self, data: Any, cfrc_ext: jax.Array, params: Any) -> jax.Array:
         parts = _root_state(self, data)
         if self.include_cinert_in_observation:
-            parts.append(data._impl.cinert[1:].ravel())
+            parts.append(self.body_cinert(data)[1:].ravel())
         if self.include_cvel_in_observation:
-            parts.append(data.cvel[1:].ravel())
+            parts.append(self.body_cvel(data)[1:].ravel())
         if self.include_qfrc_actuator_in_observation:
             parts.append(data.qfrc_actuator[6:])
         if self.include_cfrc_ext_in_observation:
@@ -240,7 +240,7 @@ class Ant(MujocoEnv[AntParams]):
         return jnp.concatenate(parts).astype(jnp.float32)
 
     def _forward_position(self, data: Any) -> jax.Array:
-        return data.xpos[self._cache["main_body"], :2]
+        return self.body_xpos(data, self._cache["main_body"])[:2]
 
     def _healthy(self, data: Any, params: AntParams) -> jax.Array:
         finite = jnp.all(jnp.isfinite(data.qpos)) & jnp.all(jnp.isfinite(data.qvel))

@@ -363,7 +363,9 @@ class MaMuJoCo(Env[MujocoState, Any]):
         cfrc = state.cfrc_ext
         if _SCENARIOS[self.scenario]["clip"]:
             cfrc = jnp.clip(cfrc, -1.0, 1.0)
-        parts = [d.qpos, d.qvel, d.qfrc_actuator, d._impl.cinert.ravel(), d.cvel.ravel()]
+        env = self.single_agent_env
+        cinert, cvel = env.body_cinert(d).ravel(), env.body_cvel(d).ravel()
+        parts = [d.qpos, d.qvel, d.qfrc_actuator, cinert, cvel]
         return jnp.concatenate([*parts, cfrc.ravel()]).astype(jnp.float32)
 
     def observations(self, state: MujocoState, params: Any) -> dict[str, jax.Array]:

@@ -50,6 +50,12 @@ class MjxModelConfig:
       contact_geoms: names of the geoms that collide, each only with the floor (the
         world body's geoms); every other contact is switched off. ``None`` keeps the
         XML's ``contype``/``conaffinity``.
+      fuse_static: MJX steps a copy of the model with every body that has no joint
+        merged into its parent (MuJoCo's ``fusestatic``: the same rigid motion, fewer
+        tree levels to sweep). Observations still describe the file's bodies: their
+        ``cinert``, ``cvel`` and ``cfrc_ext`` are rebuilt (`environments.mujoco.
+        fusion`), and a merged body's contacts keep the colliding body's weights
+        (``body_invweight0``), so contacts are regularised as in the file's model.
     """
 
     solver: str | None = None
@@ -59,6 +65,7 @@ class MjxModelConfig:
     eulerdamp: bool | None = None
     end_spheres: tuple[tuple[str, str], ...] = ()
     contact_geoms: tuple[str, ...] | None = None
+    fuse_static: bool = False
 
     def __post_init__(self) -> None:
         if self.solver is not None and self.solver not in _SOLVERS:
@@ -73,6 +80,8 @@ class MjxModelConfig:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"MjxModelConfig.{name} must be an int >= 1, got {v!r}")
+        if not isinstance(self.fuse_static, bool):
+            raise ValueError(f"MjxModelConfig.fuse_static must be a bool, got {self.fuse_static!r}")
         if self.contact_geoms is not None:
             if isinstance(self.contact_geoms, str) or not all(
                 isinstance(g, str) for g in self.contact_geoms
@@ -109,6 +118,7 @@ MJX_PRESETS: dict[str, MjxModelConfig] = {
         ls_iterations=4,
         eulerdamp=False,
         contact_geoms=("left_foot", "right_foot"),
+        fuse_static=True,
     ),
     "Ant": MjxModelConfig(
         **_NEWTON_FEW,
@@ -117,6 +127,7 @@ MJX_PRESETS: dict[str, MjxModelConfig] = {
         eulerdamp=False,
         end_spheres=tuple((f"{leg}_ankle_geom", f"{leg}_foot_geom") for leg in _ANT_LEGS),
         contact_geoms=tuple(f"{leg}_foot_geom" for leg in _ANT_LEGS),
+        fuse_static=True,
     ),
     "HalfCheetah": MjxModelConfig(
         **_NEWTON_FEW,
