@@ -90,17 +90,19 @@ def test_locomotion_presets_build(preset):
     trainer = algorithms.make_train(c, StandIn(c.env_name, obs, act, bound))
     assert trainer.num_iterations >= 2
     if c.algorithm == "ppo" and "tiny" not in preset:
-        assert c.num_envs == 2048 and c.algo.normalize_obs
+        b = locomotion.BRAX_PPO[preset]
+        assert c.num_envs == b.get("envs", 2048) and c.algo.normalize_obs
         assert c.policies.agent.action_head == "tanh_gaussian_state_std"
         # Brax's layout: unroll_length * batch_size * num_minibatches / num_envs steps
-        b = locomotion.BRAX_PPO[preset]
         assert c.num_steps * c.num_envs == b["unroll"] * b["batch"] * b["mb"]
     assert "action_repeat" not in c.env_kwargs
     if preset == "walker2d":  # Hopper's layout, gamma 0.997, reward scale 5
         assert (c.num_steps, c.algo.gamma, c.algo.reward_scale) == (80, 0.997, 5.0)
     if preset == "humanoid":
         assert (c.algo.gamma, c.algo.reward_scale, c.algo.ent_coef) == (0.97, 0.1, 1e-3)
-        assert (c.num_steps, c.algo.num_minibatches, c.algo.num_epochs) == (160, 32, 8)
+        # Brax's samples per update from 10,240 envs × 32 steps (Brax: 2,048 × 160)
+        assert (c.num_envs, c.num_steps) == (10_240, 32)
+        assert (c.algo.num_minibatches, c.algo.num_epochs) == (32, 8)
 
 
 @pytest.mark.parametrize("preset", ["", "ippo", "tiny", "ippo,tiny"])
