@@ -32,6 +32,9 @@ import numpy as np
 
 __all__ = ["BodyMap", "fuse_static"]
 
+# float32 products of 3×3 rotations: full precision (the GPU's default is TF32)
+_EXACT = jax.lax.Precision.HIGHEST
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class BodyMap:
@@ -63,7 +66,7 @@ class BodyMap:
     def xpos(self, data: Any, body: int) -> jax.Array:
         """``[3]`` the frame origin of ``body`` from the fused ``data``."""
         c = int(self.carrier[body])
-        return data.xpos[c] + data.xmat[c] @ jnp.asarray(self.frame[body])
+        return data.xpos[c] + jnp.sum(data.xmat[c] * jnp.asarray(self.frame[body]), axis=-1)
 
     def cvel(self, data: Any) -> jax.Array:
         """``[B, 6]`` each body's ``cvel`` from the fused ``data`` (``cvel`` ``[F, 6]``)."""
@@ -75,11 +78,12 @@ class BodyMap:
         rows = data._impl.cinert[self.carrier]
         c = self.carrier[self.merged]
         xmat = data.xmat[c]  # [M, 3, 3]
-        p = data.xpos[c] + jnp.einsum("mij,mj->mi", xmat, self.ipos)  # [M, 3]
-        r = jnp.einsum("mij,mjk->mik", xmat, self.imat)  # [M, 3, 3]
+        p = data.xpos[c] + jnp.sum(xmat * self.ipos[:, None, :], axis=-1)  # [M, 3]
+        r = jnp.einsum("mij,mjk->mik", xmat, self.imat, precision=_EXACT)  # [M, 3, 3]
         d = p - data.subtree_com[self.root]  # [M, 3]
         mass = jnp.asarray(self.mass, jnp.float32)
-        rot = jnp.einsum("mij,mj,mkj->mik", r, jnp.asarray(self.inertia, jnp.float32), r)
+        r_scaled = r * jnp.asarray(self.inertia, jnp.float32)[:, None, :]
+        rot = jnp.einsum("mij,mkj->mik", r_scaled, r, precision=_EXACT)
         shift = mass[:, None, None] * (
             jnp.sum(d * d, -1)[:, None, None] * jnp.eye(3) - d[:, :, None] * d[:, None, :]
         )
