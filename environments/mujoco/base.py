@@ -8,7 +8,10 @@ read from the same fields of the MJX data. ``cfrc_ext`` comes from
 `mjx.rne_postconstraint` after the step, as Gymnasium calls ``mj_rnePostConstraint``,
 and is kept in the state (zeros after a reset, where Gymnasium's ``mj_forward`` leaves
 it zero); an env whose options use no ``cfrc_ext`` (`MujocoEnv.uses_cfrc_ext`) skips
-that pass and keeps zeros.
+that pass and keeps zeros. Where `MjxModelConfig.fuse_static` has MJX step a copy of the
+model with its jointless bodies merged, the per-body rows the envs read come from
+`MujocoEnv.body_cinert`, `body_cvel` and `body_xpos` and ``cfrc_ext`` is mapped back, all
+in the file's body numbering (`environments.mujoco.fusion`).
 
 Dimension letters: ``Q`` = ``nq`` position coordinates, ``V`` = ``nv`` velocity
 coordinates, ``U`` = ``nu`` actuators, ``B`` = ``nbody`` bodies (world included),
