@@ -13,7 +13,7 @@ observation), ``tag_big`` (2000 envs × (5+995), k = 10), ``tag_a2c`` and ``tag_
 500 steps), ``cartpole_env`` (CartPole env-only, ``--cartpole_envs`` envs × 1000 steps,
 auto-reset by ``--reset_mode``), ``qmix_smax`` (QMIX on SMAX ``3s5z``, the
 ``qlearning.py:qmix_smax`` config), ``humanoid_ppo`` (Humanoid-v5 PPO, the
-``locomotion.py:humanoid`` config: 2048 envs × 160 steps, 8 epochs of 32 minibatches),
+``locomotion.py:humanoid`` config: 10,240 envs × 32 steps, 8 epochs of 32 minibatches),
 ``humanoid_env`` (Humanoid-v5 env-only, 2048 envs × 100 steps, auto-reset by
 ``--auto_reset``).
 """
