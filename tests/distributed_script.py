@@ -158,10 +158,14 @@ def single(out: str) -> None:
         )
     res["population_auto_D2"] = _max_rel(pops["auto"], pops["shard_map"])
 
-    # Checkpoints: save with D=2 after one chunk, resume on 1 and 4 devices.
+    # Checkpoints: save with D=2 after one chunk, resume copies of it on 1 and 4 devices.
+    import shutil
+
+    saved = tempfile.mkdtemp()
+    loop(trainers[2], saved, stop=ITERS)
     for d_new in (1, 4):
-        wd = tempfile.mkdtemp()
-        loop(trainers[2], wd, stop=ITERS)
+        wd = os.path.join(tempfile.mkdtemp(), "run")
+        shutil.copytree(saved, wd)
         rs_new, hist = loop(trainers[d_new], wd)
         res[f"resume_D2_to_D{d_new}"] = _max_rel(_host(trainers[d_new].get_params(rs_new)), ref[0])
         res[f"resume_D2_to_D{d_new}_from"] = hist.resumed_from

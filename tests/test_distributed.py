@@ -205,10 +205,13 @@ def test_autoscale_picks_largest_fitting_size():
 
     c = load_config("cartpole", "tiny")  # 4 envs × 16 steps
     make_trainer = lambda config: build(config)[2]
-    res = autoscale(c, make_trainer, memory_budget_bytes=60_000, max_envs=64, refine_steps=1)
+    res = autoscale(
+        c, make_trainer, memory_budget_bytes=60_000, min_envs=8, max_envs=64, refine_steps=1
+    )  # tries 8 (fits), 16 (does not), then 12 between them (does not)
     by_n = {t.num_envs: t for t in res.trials}
     assert by_n[res.num_envs].fits and by_n[res.num_envs].total_bytes <= 60_000
     assert any(not t.fits and t.num_envs > res.num_envs for t in res.trials)  # a miss above
+    assert len(res.trials) == 3  # the refinement between the last fit and the first miss
     assert all(t.fits == (t.total_bytes <= 60_000) for t in res.trials)
     sizes = sorted(by_n)  # bytes grow with the batch
     assert [by_n[n].total_bytes for n in sizes] == sorted(by_n[n].total_bytes for n in sizes)

@@ -63,8 +63,14 @@ def _kernel_env() -> dict[str, str]:
     return env
 
 
+#: A last cell appended to each notebook run: the kernel prints its interpreter's prefix.
+PREFIX_CELL = "import sys; print(sys.prefix)"
+
+
 def _execute(name: str, workdir: pathlib.Path) -> nbformat.NotebookNode:
+    """Runs the notebook with `PREFIX_CELL` appended."""
     nb = nbformat.read(NB_DIR / f"{name}.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(PREFIX_CELL))
     client = nbclient.NotebookClient(
         nb,
         timeout=CELL_TIMEOUT,
@@ -185,20 +191,8 @@ def test_notebook_runs(name, tmp_path):
         if out.output_type == "stream" and out.name == "stderr"
     )
     assert "Traceback" not in stderr, stderr
+    # the kernel ("python3") runs this interpreter: its venv and packages
+    printed = nb.cells[-1].outputs[0].text.strip()
+    assert printed == sys.prefix, (printed, sys.prefix)
+    nb.cells.pop()
     CHECKS[name](nb, _text(nb), tmp_path)
-
-
-def test_kernel_is_this_interpreter(tmp_path):
-    """The notebooks' ``python3`` kernel runs this interpreter (its venv and packages)."""
-    nb = nbformat.v4.new_notebook(
-        cells=[nbformat.v4.new_code_cell("import sys; print(sys.prefix)")]
-    )
-    client = nbclient.NotebookClient(
-        nb,
-        timeout=CELL_TIMEOUT,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(tmp_path)}},
-    )
-    client.execute(env=_kernel_env())
-    printed = nb.cells[0].outputs[0].text.strip()
-    assert printed == sys.prefix, (printed, sys.prefix)  # the same venv

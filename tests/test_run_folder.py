@@ -114,29 +114,36 @@ def test_refused_config_change_leaves_the_folder_untouched(ref, tmp_path):
     assert bad.returncode == 2 and not os.path.exists(fresh)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip"])
-def test_damaged_newest_checkpoint_falls_back_then_continues_exactly(ref, tmp_path, damage):
-    """A truncated, or a same-size bit-flipped, array file in the newest checkpoint (10):
-    evaluate uses checkpoint 8 and says so; train names checkpoint 10 and why, moves it
-    to checkpoints.discarded/, resumes from 8 and ends bitwise equal to the reference."""
+def _damage(step_dir: str, how: str) -> None:
+    """Truncates, or flips 8 bytes in the middle of (same size), the largest array file
+    of a checkpoint."""
+    path = rf.array_file(step_dir)
+    data = bytearray(open(path, "rb").read())
+    mid = len(data) // 2
+    if how == "truncate":
+        data = data[:mid]
+    else:
+        data[mid : mid + 8] = bytes(b ^ 0xFF for b in data[mid : mid + 8])
+    open(path, "wb").write(bytes(data))
+
+
+def test_damaged_newest_checkpoints_fall_back_then_continue_exactly(ref, tmp_path):
+    """A same-size bit-flipped array file in the newest checkpoint (10) and a truncated
+    one in the next (8): evaluate uses checkpoint 6; train names checkpoints 10 and 8
+    and why, moves them to checkpoints.discarded/, resumes from 6 and ends bitwise equal
+    to the reference."""
     from experiments import evaluate
 
     wd = rf.copy_run(ref, str(tmp_path / "run"))
-    path = rf.array_file(os.path.join(wd, "checkpoints", "10"))
-    data = bytearray(open(path, "rb").read())
-    if damage == "truncate":
-        data = data[: len(data) // 2]
-    else:
-        mid = len(data) // 2
-        data[mid : mid + 8] = bytes(b ^ 0xFF for b in data[mid : mid + 8])
-    open(path, "wb").write(bytes(data))
-    if damage == "flip":
-        res = evaluate.evaluate(wd, episodes=2, max_steps=20)
-        assert res["step"] == 8
+    _damage(os.path.join(wd, "checkpoints", "10"), "flip")
+    _damage(os.path.join(wd, "checkpoints", "8"), "truncate")
+    res = evaluate.evaluate(wd, episodes=2, max_steps=20)
+    assert res["step"] == 6
     out = rf.train(wd)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "resuming from checkpoint 8" in out.stderr and "skipped checkpoint 10" in out.stderr
-    assert os.listdir(os.path.join(wd, "checkpoints.discarded")) == ["10"]
+    assert "resuming from checkpoint 6" in out.stderr
+    assert "skipped checkpoint 10: " in out.stderr and "; checkpoint 8: " in out.stderr
+    assert sorted(os.listdir(os.path.join(wd, "checkpoints.discarded"))) == ["10", "8"]
     rf.assert_same_run(wd, ref)
 
 

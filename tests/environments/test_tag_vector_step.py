@@ -122,11 +122,11 @@ def _kernel_call(env: TagContinuous, s, a, p, u, **kw):
     )  # fmt: skip
 
 
-@OPTIMIZED
 def test_layouts_and_in_kernel_draws_keep_the_values() -> None:
     """Envs per program change the layout, not the values; drawing the reset's uniforms
     in the kernel from the reset keys' data, or from the step key they are split from,
-    equals passing `reset_uniforms`' (episodes end in some envs)."""
+    equals passing `reset_uniforms`' (episodes end in some envs). The kernel against
+    itself: bit for bit under the tests' unoptimised compiles too."""
     env = TagContinuous(num_taggers=2, num_runners=5, num_other_agents_observed=2, episode_length=4)
     p = env.default_params
     s, a = _batch(np.random.default_rng(1), env, p, (3, 0, 3, 1, 3))
