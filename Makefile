@@ -40,8 +40,10 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# Tests of one module run on one worker (--dist loadscope): a module's compiled
+# fixtures and in-memory programs are built once instead of once per worker.
 test: lint
-	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=15
+	$(BIN)/python -m pytest -n 2 --dist loadscope --durations=15
 
 bench: setup
 	$(BIN)/python -m experiments.benchmarks.run --suite=quick
