@@ -181,9 +181,9 @@ def test_fused_static_bodies_observe_the_files_bodies(name):
     with contacts (CPU MuJoCo ``mj_forward`` and ``mj_rnePostConstraint`` on both
     models), the rows rebuilt for the file's bodies (``cinert``, ``cvel``,
     ``cfrc_ext``, frame origins) equal the unfused model's (float32 rounding; 1e-4 of
-    the largest for the contact forces); the
-    merged bodies keep the colliding body's contact weights; a reset's state (`state_from`)
-    holds every field the rebuild reads."""
+    the largest for the contact forces); the merged bodies keep the colliding body's
+    contact weights; a reset's state (`state_from`) holds every field the rebuild
+    reads."""
     env = getattr(locomotion, name)()
     m = env.mj_model
     fused, body_map = fuse_static(m, env.model_xml())
@@ -215,13 +215,14 @@ def test_fused_static_bodies_observe_the_files_bodies(name):
         carrier = body_map.carrier[b]
         np.testing.assert_array_equal(fused.body_invweight0[carrier], m.body_invweight0[b])
     if name == "Ant":  # a reset's state holds what the rebuild reads (one small compile)
-        rebuilt = jax.jit(
-            lambda q, v: (lambda d: (env.body_cinert(d), env.body_cvel(d)))(
-                env.state_from(q, v).data
-            )
-        )(qpos[-1], qvel[-1])
-        close(rebuilt[0], d0.cinert)
-        close(rebuilt[1], d0.cvel)
+
+        def rows(q, v):
+            data = env.state_from(q, v).data
+            return env.body_cinert(data), env.body_cvel(data)
+
+        cinert, cvel = jax.jit(rows)(qpos[-1], qvel[-1])
+        close(cinert, d0.cinert)
+        close(cvel, d0.cvel)
 
 
 def test_fuse_static_refuses_what_it_cannot_split():

@@ -131,7 +131,10 @@ def fuse_static(mj_model: Any, xml: str) -> tuple[Any, BodyMap | None]:
         while names[kept[b]] not in ids:
             kept[b] = mj_model.body_parentid[kept[b]]
         if kept[b] == 0:
-            raise ValueError(f"fuse_static: body {names[b]!r} would fuse into the world")
+            raise ValueError(
+                f"fuse_static: body {names[b]!r} would fuse into the world "
+                "(MjxModelConfig(fuse_static=False) steps the model as written)"
+            )
     carrier = np.asarray([ids[names[a]] for a in kept], np.int32)
 
     # Constant offsets from the unfused model at qpos0; the carriers' frames must agree.
@@ -155,10 +158,11 @@ def fuse_static(mj_model: Any, xml: str) -> tuple[Any, BodyMap | None]:
     for f in range(1, fused.nbody):
         owners = np.flatnonzero((carrier == f) & hits)
         if len(owners) > 1:
-            names = [mj_model.body(b).name for b in owners]
+            clash = [names[b] for b in owners]
             raise ValueError(
-                f"fuse_static: bodies {names} fuse into one and all have colliding geoms "
-                "(their contact forces cannot be told apart)"
+                f"fuse_static: bodies {clash} fuse into one and all have colliding geoms "
+                "(their contact forces cannot be told apart; MjxModelConfig("
+                "fuse_static=False) steps the model as written)"
             )
         wrench[owners] = True
         if len(owners) == 1:  # contacts are regularised by the colliding body's weights
