@@ -41,11 +41,15 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import hashlib
 import json
+import logging
 import os
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -291,6 +295,32 @@ def _reason(e: BaseException) -> str:
     return (text if name == "Exception" else f"{name}: {text}")[:160]
 
 
+class _AbandonedReads(logging.Filter):
+    """Drops asyncio's reports of reads abandoned after another read of the same
+    restore failed (one per array of a damaged checkpoint, each with the array's
+    whole tensorstore spec); the failure itself reaches `restore_newest`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not text.startswith(
+            ("Future exception was never retrieved", "Task exception was never retrieved")
+        )
+
+
+@contextlib.contextmanager
+def _quiet_abandoned_reads() -> Iterator[None]:
+    """While inside (and for the reads a garbage collection at its end frees), asyncio
+    does not log the exceptions of reads abandoned by a failed restore."""
+    log = logging.getLogger("asyncio")
+    quiet = _AbandonedReads()
+    log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        gc.collect()
+        log.removeFilter(quiet)
+
+
 class Checkpointer:
     """Saves and restores ``(runner_state, metadata)`` pairs under ``directory``.
 
@@ -451,7 +481,8 @@ class Checkpointer:
         skipped: list[tuple[int, str]] = []
         for step in steps:
             try:
-                state, meta = self.restore(target, step, verify=verify)
+                with _quiet_abandoned_reads():
+                    state, meta = self.restore(target, step, verify=verify)
             except Exception as e:  # any damage: try the next older step
                 skipped.append((step, _reason(e)))
                 continue
