@@ -18,7 +18,8 @@ each). `BodyMap` rebuilds those rows from the fused model's data:
   it carries whose geoms collide (the others get zeros); a carrier whose merged bodies
   have colliding geoms in more than one of them cannot be split, and fusing refuses it.
 
-Dimension letters: ``B`` bodies of the file, ``F`` bodies of the fused model.
+Dimension letters: ``B`` bodies of the file, ``F`` bodies of the fused model, ``M`` the
+file's bodies whose ``cinert`` is rebuilt (those of carriers that absorbed others).
 """
 
 from __future__ import annotations
