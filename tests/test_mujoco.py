@@ -30,6 +30,7 @@ from mujoco import mjx
 
 import jaxdrive
 from environments.mujoco import locomotion
+from environments.mujoco.base import PhysicsData
 from environments.mujoco.fusion import fuse_static
 from environments.mujoco.model import MJX_PRESETS, MjxModelConfig
 from environments.mujoco.reference import compare, gymnasium_env, one_step, random_states
@@ -51,9 +52,9 @@ def _host_step(env, ref, qpos, qvel, action):
     the states before and after (float32 on the device), and its ``cfrc_ext``."""
     mujoco.mj_resetData(ref.model, ref.data)
     ref.set_state(qpos, qvel)
-    before = mjx.put_data(ref.model, ref.data)
+    before = PhysicsData.of(mjx.put_data(ref.model, ref.data))
     out = ref.step(action)
-    after = mjx.put_data(ref.model, ref.data)
+    after = PhysicsData.of(mjx.put_data(ref.model, ref.data))
     return out, before, after, jnp.asarray(ref.data.cfrc_ext, jnp.float32)
 
 
@@ -203,7 +204,7 @@ def test_fused_static_bodies_observe_the_files_bodies(name):
             mujoco.mj_forward(model, d)
             mujoco.mj_rnePostConstraint(model, d)
         contacts += d0.ncon
-        data = mjx.put_data(fused, d1)
+        data = PhysicsData.of(mjx.put_data(fused, d1))
         close(body_map.cinert(data), d0.cinert)
         close(body_map.cvel(data), d0.cvel)
         # the contact solve (one Newton iteration) amplifies the merged inertia's rounding
@@ -223,6 +224,36 @@ def test_fused_static_bodies_observe_the_files_bodies(name):
         cinert, cvel = jax.jit(rows)(qpos[-1], qvel[-1])
         close(cinert, d0.cinert)
         close(cvel, d0.cvel)
+
+
+@pytest.mark.parametrize("name", ["Humanoid", "Ant", "Hopper"])
+def test_kept_data_is_all_a_step_reads(name):
+    """`PhysicsData` holds every field of `mjx.Data` that one physics step (and the
+    ``cfrc_ext`` pass after it) reads to compute the kept fields, except those the envs
+    leave at `mjx.make_data`'s values (controls, which a step sets, and the applied
+    forces; empty fields, such as a model's tendons where it has none, do not count).
+    Found by dead-code elimination of the traced step (no compile)."""
+    from jax._src.interpreters import partial_eval as pe
+
+    env = getattr(locomotion, name)()
+    m, data0 = env.mjx_model, env._cache["data0"]
+    full = env.state_from(env._cache["qpos0"], jnp.zeros(env.mj_model.nv)).data.to_mjx(data0)
+    paths, tree = jax.tree_util.tree_flatten_with_path(full)
+    names = [jax.tree_util.keystr(p) for p, _ in paths]
+
+    def step(*leaves):
+        d = mjx.step(m, jax.tree_util.tree_unflatten(tree, leaves))
+        return jax.tree.leaves(PhysicsData.of(d)), mjx.rne_postconstraint(m, d)._impl.cfrc_ext
+
+    jaxpr = jax.make_jaxpr(step)(*[x for _, x in paths]).jaxpr
+    _, used = pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars))
+    sizes = [x.size for _, x in paths]
+    read = {n for n, u, size in zip(names, used, sizes, strict=True) if u and size}
+    impl = ("cinert", "ten_velocity")
+    kept = {f"._impl.{f.name}" if f.name in impl else f".{f.name}"
+            for f in dataclasses.fields(PhysicsData)}  # fmt: skip
+    assert read - kept <= {".ctrl", ".qfrc_applied", ".xfrc_applied"}
+    assert {".qpos", ".qvel", ".qacc_warmstart"} <= read  # the check sees reads
 
 
 def test_fuse_static_refuses_what_it_cannot_split():

@@ -18,7 +18,7 @@ import pytest
 from mujoco import mjx
 
 import jaxdrive
-from environments.mujoco.base import MujocoState
+from environments.mujoco.base import MujocoState, PhysicsData
 from environments.mujoco.mamujoco import PARTITIONS, MaMuJoCo
 from environments.mujoco.reference import quiet_mujoco_warnings
 
@@ -65,7 +65,7 @@ def test_local_observations_and_action_split(scenario, conf):
     assert (env.groups == ("agents",)) == (same == 1)
     single = ref.single_agent_env.unwrapped
     state = MujocoState(
-        data=mjx.put_data(single.model, single.data),
+        data=PhysicsData.of(mjx.put_data(single.model, single.data)),
         cfrc_ext=jnp.asarray(single.data.cfrc_ext, jnp.float32),
         time=jnp.zeros((), jnp.int32),
     )

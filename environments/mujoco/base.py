@@ -2,9 +2,13 @@
 
 One env is one MuJoCo model stepped by `mujoco.mjx` in float32. A step writes the
 action into ``data.ctrl`` and runs ``frame_skip`` `mjx.step` calls in a `lax.fori_loop`;
-every quantity the v5 envs read after ``mj_step`` (``xipos``, ``cinert``, ``cvel``,
+every quantity the v5 envs read after ``mj_step`` (``subtree_com``, ``cinert``, ``cvel``,
 ``qfrc_actuator``: computed at the start of the last physics step, as in MuJoCo) is
-read from the same fields of the MJX data. ``cfrc_ext`` comes from
+read from the same fields of the MJX data. Between steps the state keeps only
+`PhysicsData`, the fields a step reads from the previous one and those the envs read:
+the rest of `mjx.Data` (constraint Jacobians, mass matrix, contacts, ...) is rebuilt by
+the next step before it is read, so it lives inside the step and a training loop never
+stores it. ``cfrc_ext`` comes from
 `mjx.rne_postconstraint` after the step, as Gymnasium calls ``mj_rnePostConstraint``,
 and is kept in the state (zeros after a reset, where Gymnasium's ``mj_forward`` leaves
 it zero); an env whose options use no ``cfrc_ext`` (`MujocoEnv.uses_cfrc_ext`) skips
@@ -36,7 +40,7 @@ from jaxdrive.env import Env
 from jaxdrive.spaces import Box, Space
 from jaxdrive.types import EnvParams, EnvState, TimeStep
 
-__all__ = ["GROUP", "MujocoEnv", "MujocoParams", "MujocoState"]
+__all__ = ["GROUP", "MujocoEnv", "MujocoParams", "MujocoState", "PhysicsData"]
 
 GROUP = "agent"
 
@@ -53,10 +57,55 @@ class MujocoParams(EnvParams):
 
 
 @struct.dataclass
+class PhysicsData:
+    """The part of one env's `mjx.Data` kept between steps, float32: what `mjx.step`
+    reads from the previous step (``time``, ``qpos``, ``qvel``, ``act``,
+    ``qacc_warmstart``; not the applied forces, which the envs never set, nor ``ctrl``,
+    which a step writes) and what the envs read after a step. Every other field of
+    `mjx.Data` is computed by a step before it reads it. Body rows ``F`` are those of
+    the stepped model (`MujocoEnv.mjx_model`: fused where `MjxModelConfig.fuse_static`;
+    `MujocoEnv.body_cinert`, `body_cvel` and `body_xpos` give the file's bodies)."""
+
+    time: jax.Array  # [] simulated seconds
+    qpos: jax.Array  # [Q]
+    qvel: jax.Array  # [V]
+    act: jax.Array  # [A] actuator activations (A = 0 in Gymnasium's models)
+    qacc_warmstart: jax.Array  # [V] the constraint solver's warm start
+    xpos: jax.Array  # [F, 3] body frame origins
+    xmat: jax.Array  # [F, 3, 3] body frame orientations
+    subtree_com: jax.Array  # [F, 3] centres of mass of the bodies' subtrees
+    cinert: jax.Array  # [F, 10] com-based inertias
+    cvel: jax.Array  # [F, 6] com-based velocities
+    qfrc_actuator: jax.Array  # [V] actuator forces
+    ten_length: jax.Array  # [T] tendon lengths (Gymnasium's Humanoid ``info``)
+    ten_velocity: jax.Array  # [T] tendon velocities
+
+    @classmethod
+    def of(cls, data: Any) -> PhysicsData:
+        """The kept fields of an `mjx.Data` (one env's, or a batch's)."""
+        impl = {n: getattr(data._impl, n) for n in _IMPL_FIELDS}
+        return cls(**impl, **{n: getattr(data, n) for n in _public_fields()})
+
+    def to_mjx(self, template: Any) -> Any:
+        """An `mjx.Data`: ``template`` (`mjx.make_data` of the stepped model) with these
+        fields; what a step reads from it is then this state's."""
+        impl = template._impl.replace(**{n: getattr(self, n) for n in _IMPL_FIELDS})
+        return template.replace(_impl=impl, **{n: getattr(self, n) for n in _public_fields()})
+
+
+#: `PhysicsData` fields that `mjx.Data` keeps in its JAX implementation's part.
+_IMPL_FIELDS = ("cinert", "ten_velocity")
+
+
+def _public_fields() -> list[str]:
+    return [f.name for f in dataclasses.fields(PhysicsData) if f.name not in _IMPL_FIELDS]
+
+
+@struct.dataclass
 class MujocoState(EnvState):
     """One env's state."""
 
-    data: Any  # mjx.Data: qpos [Q], qvel [V], ctrl [U], xipos [B, 3], … float32
+    data: PhysicsData  # what the next step and the observations read
     cfrc_ext: jax.Array  # [B, 6] float32 external contact forces (zeros after reset)
     time: jax.Array  # [] int32 steps taken in this episode
 
@@ -137,7 +186,7 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
     def body_cinert(self, data: Any) -> jax.Array:
         """``[B, 10]`` ``cinert`` of `mj_model`'s bodies from the stepped ``data``."""
         body_map = self._cache["body_map"]
-        return data._impl.cinert if body_map is None else body_map.cinert(data)
+        return data.cinert if body_map is None else body_map.cinert(data)
 
     def body_cvel(self, data: Any) -> jax.Array:
         """``[B, 6]`` ``cvel`` of `mj_model`'s bodies from the stepped ``data``."""
@@ -244,9 +293,8 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
         """The state of Gymnasium's ``set_state(qpos, qvel)`` after ``mj_resetData``:
         zero controls, warm start and time; of what ``mj_forward`` computes, the fields
         the observations and the next step's forward velocity read (``xpos``,
-        ``xmat``, ``xipos``, ``subtree_com``, ``cinert``, ``cvel``), the others left as
-        `mjx.make_data` makes them (the next step computes them before reading them,
-        as ``mj_step`` does); ``cfrc_ext`` zero."""
+        ``xmat``, ``subtree_com``, ``cinert``, ``cvel``; ``qfrc_actuator`` is zero, as the
+        controls are), as `PhysicsData`; ``cfrc_ext`` zero."""
         from mujoco import mjx
 
         m = self.mjx_model
@@ -257,14 +305,13 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
         d = d.replace(
             xpos=k.xpos,
             xmat=k.xmat,
-            xipos=k.xipos,
             subtree_com=k.subtree_com,
             cvel=k.cvel,
             _impl=d._impl.replace(cinert=k._impl.cinert),
         )
         nbody = self.mj_model.nbody
         return MujocoState(
-            data=d,
+            data=PhysicsData.of(d),
             cfrc_ext=jnp.zeros((nbody, 6), jnp.float32),
             time=jnp.zeros((), jnp.int32),
         )
@@ -276,13 +323,13 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
         obs = {GROUP: self._obs(state.data, state.cfrc_ext, params)[None]}
         return state, TimeStep.restart(obs, extras=extras)
 
-    def _physics(self, data: Any, action: jax.Array) -> tuple[Any, jax.Array]:
-        """``frame_skip`` MJX steps with ``ctrl = action``; returns the data and ``[B, 6]``
-        ``cfrc_ext`` (only where `uses_cfrc_ext`; else zeros)."""
+    def _physics(self, data: PhysicsData, action: jax.Array) -> tuple[PhysicsData, jax.Array]:
+        """``frame_skip`` MJX steps with ``ctrl = action``; returns the kept data and
+        ``[B, 6]`` ``cfrc_ext`` (only where `uses_cfrc_ext`; else zeros)."""
         from mujoco import mjx
 
         m = self.mjx_model
-        data = data.replace(ctrl=action)
+        data = data.to_mjx(self._cache["data0"]).replace(ctrl=action)
         data = jax.lax.fori_loop(0, self.frame_skip, lambda _, d: mjx.step(m, d), data)
         if self.uses_cfrc_ext:
             cfrc_ext = mjx.rne_postconstraint(m, data)._impl.cfrc_ext
@@ -290,7 +337,7 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
                 cfrc_ext = self._cache["body_map"].cfrc_ext(cfrc_ext)
         else:
             cfrc_ext = jnp.zeros((self.mj_model.nbody, 6), jnp.float32)
-        return data, cfrc_ext.astype(jnp.float32)
+        return PhysicsData.of(data), cfrc_ext.astype(jnp.float32)
 
     def step_env(
         self,

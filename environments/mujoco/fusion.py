@@ -76,7 +76,7 @@ class BodyMap:
     def cinert(self, data: Any) -> jax.Array:
         """``[B, 10]`` each body's ``cinert`` from the fused ``data`` (``xpos`` ``[F, 3]``,
         ``xmat`` ``[F, 3, 3]``, ``subtree_com`` ``[F, 3]``, ``cinert`` ``[F, 10]``)."""
-        rows = data._impl.cinert[self.carrier]
+        rows = data.cinert[self.carrier]
         c = self.carrier[self.merged]
         xmat = data.xmat[c]  # [M, 3, 3]
         p = data.xpos[c] + jnp.sum(xmat * self.ipos[:, None, :], axis=-1)  # [M, 3]
