@@ -236,8 +236,8 @@ def test_kept_data_is_all_a_step_reads(name):
     from jax._src.interpreters import partial_eval as pe
 
     env = getattr(locomotion, name)()
-    m, data0 = env.mjx_model, env._cache["data0"]
-    full = env.state_from(env._cache["qpos0"], jnp.zeros(env.mj_model.nv)).data.to_mjx(data0)
+    m = env.mjx_model
+    full = env.mjx_data(env.state_from(env.mj_model.qpos0, jnp.zeros(env.mj_model.nv)).data)
     paths, tree = jax.tree_util.tree_flatten_with_path(full)
     names = [jax.tree_util.keystr(p) for p, _ in paths]
 

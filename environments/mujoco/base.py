@@ -183,6 +183,11 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
         bodies fused where `MjxModelConfig.fuse_static`)."""
         return self._cache["mjx_model"]
 
+    def mjx_data(self, data: PhysicsData) -> Any:
+        """An `mjx.Data` of `mjx_model` holding ``data`` (`PhysicsData.to_mjx`), the other
+        fields as `mjx.make_data` makes them: what `mjx.step` needs to continue."""
+        return data.to_mjx(self._cache["data0"])
+
     def body_cinert(self, data: Any) -> jax.Array:
         """``[B, 10]`` ``cinert`` of `mj_model`'s bodies from the stepped ``data``."""
         body_map = self._cache["body_map"]
@@ -329,7 +334,7 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
         from mujoco import mjx
 
         m = self.mjx_model
-        data = data.to_mjx(self._cache["data0"]).replace(ctrl=action)
+        data = self.mjx_data(data).replace(ctrl=action)
         data = jax.lax.fori_loop(0, self.frame_skip, lambda _, d: mjx.step(m, d), data)
         if self.uses_cfrc_ext:
             cfrc_ext = mjx.rne_postconstraint(m, data)._impl.cfrc_ext

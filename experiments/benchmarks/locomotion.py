@@ -8,10 +8,6 @@ EnvStepTimer`, auto-reset on), as
 
 * ``jaxdrive``: v5's semantics (contact forces in the observation and the reward, a
   fresh random start state for every reset);
-* ``jaxdrive_lean``: the work Brax's MJX envs do: ``include_contact_cost=False,
-  include_cfrc_ext_in_observation=False`` (no ``cfrc_ext`` pass; Humanoid and Ant, the
-  planar envs have neither) and auto-reset from a pool of as many v5 start states as
-  envs (no kinematics pass per reset);
 
 beside
 
@@ -21,6 +17,13 @@ beside
 * ``brax`` (when ``brax`` is importable): Brax's MJX-backed env of the same name with
   its training wrappers (vmap, episode length 1000, auto-reset), random actions in
   ``[-1, 1]`` drawn in the scan, as the anchor script ``bench_mjx_brax.py`` runs them.
+
+Each program returns what its scan carries, the envs' whole state (as a training loop
+carries it from one call to the next). The ``*_obs`` rows (``jaxdrive_obs``,
+``mjx_raw_obs``, ``brax_obs``) return only the last observations (``qpos`` for raw MJX),
+so XLA drops whatever of the carried state no observation depends on: Brax's MJX env,
+for one, carries the whole `mjx.Data` and its first state for the auto-reset, which
+then need not be stored. The anchor's script times that form.
 
 Each program is compiled ahead of time (``lower().compile()``, its seconds reported)
 and timed apart from its compile. The measurements of one env run in a worker process
@@ -54,9 +57,7 @@ __all__ = ["run_locomotion_suite", "run_parity_suite"]
 
 _ENVS = ("Humanoid", "Ant")  # the default
 _ALL_ENVS = ("Humanoid", "Ant", "HalfCheetah", "Hopper", "Walker2d")
-_IMPLS = ("jaxdrive", "jaxdrive_lean", "mjx_raw", "brax")
-_LEAN = {"include_contact_cost": False, "include_cfrc_ext_in_observation": False}
-_LEAN_ENVS = ("Humanoid", "Ant")  # the envs with contact costs and cfrc_ext to drop
+_IMPLS = ("jaxdrive", "mjx_raw", "brax", "jaxdrive_obs", "mjx_raw_obs", "brax_obs")
 _BRAX = {
     "Humanoid": "humanoid",
     "Ant": "ant",
@@ -111,9 +112,12 @@ def _time_compiled(compiled: Any, args: tuple[Any, ...], repeats: int) -> float:
     return statistics.median(times)
 
 
-def _raw_program(env: Any, num_envs: int, num_steps: int) -> tuple[Any, tuple[Any, ...]]:
+def _raw_program(
+    env: Any, num_envs: int, num_steps: int, obs_only: bool
+) -> tuple[Any, tuple[Any, ...]]:
     """``(jitted scan, args)``: ``vmap(mjx.step)`` × ``frame_skip`` on ``env``'s model,
-    random controls drawn in the scan."""
+    random controls drawn in the scan; returns the `mjx.Data` (``obs_only``: its
+    ``qpos``)."""
     import jax
     import jax.numpy as jnp
     from mujoco import mjx
@@ -121,7 +125,7 @@ def _raw_program(env: Any, num_envs: int, num_steps: int) -> tuple[Any, tuple[An
     m = env.mjx_model
     lo, hi = np.asarray(env.mj_model.actuator_ctrlrange, np.float32).T
     nu = env.mj_model.nu
-    data = jax.jit(jax.vmap(lambda k: env.reset(k)[0].data))(
+    data = jax.jit(jax.vmap(lambda k: env.mjx_data(env.reset(k)[0].data)))(
         jax.random.split(jax.random.key(0), num_envs)
     )
 
@@ -135,14 +139,18 @@ def _raw_program(env: Any, num_envs: int, num_steps: int) -> tuple[Any, tuple[An
             )
             return d, None
 
-        return jax.lax.scan(one, data, jax.random.split(key, num_steps))[0].qpos
+        data = jax.lax.scan(one, data, jax.random.split(key, num_steps))[0]
+        return data.qpos if obs_only else data
 
     return run, (data, jax.random.key(1))
 
 
-def _brax_program(name: str, num_envs: int, num_steps: int) -> tuple[Any, tuple[Any, ...]]:
+def _brax_program(
+    name: str, num_envs: int, num_steps: int, obs_only: bool
+) -> tuple[Any, tuple[Any, ...]]:
     """``(jitted scan, args)`` of Brax's MJX env ``name`` with its training wrappers
-    (raises ``ImportError`` without ``brax``)."""
+    (raises ``ImportError`` without ``brax``); returns its state (``obs_only``: its
+    observations)."""
     import jax
     from brax import envs
 
@@ -156,7 +164,8 @@ def _brax_program(name: str, num_envs: int, num_steps: int) -> tuple[Any, tuple[
             a = jax.random.uniform(k, (num_envs, env.action_size), minval=-1.0, maxval=1.0)
             return env.step(s, a), None
 
-        return jax.lax.scan(one, s, jax.random.split(key, num_steps))[0].obs
+        s = jax.lax.scan(one, s, jax.random.split(key, num_steps))[0]
+        return s.obs if obs_only else s
 
     return run, (state, jax.random.key(1))
 
@@ -166,31 +175,26 @@ def _measure(
 ) -> dict[str, Any]:
     """One row: ``{"env_steps_per_s", "compile_s"}`` of ``impl`` at ``n`` envs; the
     watchdog is armed from the start of the job to the end of its compile."""
-    import jax
-
     from environments.mujoco import locomotion
     from experiments.benchmarks.timing import EnvStepTimer
-    from jaxdrive.wrappers import make_reset_pool
 
     steps, repeats = spec["num_steps"], spec["repeats"]
+    obs_only = impl.endswith("_obs")
     watchdog.arm([n, impl])
     try:
-        lean_kw = _LEAN if impl == "jaxdrive_lean" and name in _LEAN_ENVS else {}
-        env = getattr(locomotion, name)(**lean_kw)
+        env = getattr(locomotion, name)()
         if impl.startswith("jaxdrive"):
-            lean = impl == "jaxdrive_lean"
-            pool = make_reset_pool(env, jax.random.key(2), n) if lean else None
             timer = EnvStepTimer(
                 env, env.default_params, n, steps, reset_mode=spec["reset_mode"], fold=False,
-                reset_pool=pool,
+                obs_only=obs_only,
             )  # fmt: skip
             watchdog.disarm()
             rec = timer.time(repeats)
             return {"env_steps_per_s": rec["env_steps_per_s"], "compile_s": rec["compile_s"]}
-        if impl == "mjx_raw":
-            fn, args = _raw_program(env, n, steps)
+        if impl.startswith("mjx_raw"):
+            fn, args = _raw_program(env, n, steps, obs_only)
         else:
-            fn, args = _brax_program(_BRAX[name], n, steps)
+            fn, args = _brax_program(_BRAX[name], n, steps, obs_only)
         t0 = time.perf_counter()
         compiled = fn.lower(*args).compile()
         compile_s = time.perf_counter() - t0
@@ -213,7 +217,7 @@ def _worker(spec: dict[str, Any]) -> None:
         try:
             out = _measure(name, n, impl, spec, watchdog)
         except ImportError as e:
-            if impl != "brax":
+            if not impl.startswith("brax"):
                 raise
             _say(missing=[n, impl], why=str(e))
             continue
@@ -292,7 +296,7 @@ def run_locomotion_suite(
 ) -> list[dict[str, Any]]:
     """The ``locomotion`` suite (module docstring) for ``envs`` (of ``Humanoid``,
     ``Ant``, ``HalfCheetah``, ``Hopper``, ``Walker2d``) and ``impls`` (of ``jaxdrive``,
-    ``jaxdrive_lean``, ``mjx_raw``, ``brax``); prints a row per measurement as it is
+    ``mjx_raw``, ``brax`` and their ``*_obs`` forms); prints a row per measurement as it is
     done and returns the records (``bench="locomotion_env"``, ``impl``, ``compile_s``
     each). ``compile_limit_s``: the longest a compile may run before it is skipped
     (``<= 0``: no limit)."""

@@ -126,7 +126,7 @@ flags.DEFINE_float(
 )
 flags.DEFINE_list(
     "locomotion_impls",
-    ["jaxdrive", "jaxdrive_lean", "mjx_raw", "brax"],
+    ["jaxdrive", "mjx_raw", "brax", "jaxdrive_obs", "mjx_raw_obs", "brax_obs"],
     "rows of --suite=locomotion",
 )
 flags.DEFINE_integer("parity_states", 10_000, "states per env of --suite=mujoco_parity")

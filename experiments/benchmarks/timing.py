@@ -11,7 +11,10 @@ nothing the env computes is dead-code-eliminated: every step's outputs are
 materialised. With ``fold=True`` (the CartPole rows, as gymnax's benchmark does) it also
 sums the rewards, the observations' last column and the done flags into a scalar of
 the carry: extra reductions that are the harness's work, not the env's; ``fold=False``
-(the Tag rows) times the env's own work only.
+(the Tag rows) times the env's own work only. With ``obs_only=True`` the program
+returns only the last step's observations, so XLA may drop whatever of the carried
+state no observation depends on (the MuJoCo suite's ``*_obs`` rows, which time the
+anchors' envs the same way).
 Compile is excluded; the figure is the median over ``repeats`` timed calls, each ended by
 ``block_until_ready``. No host transfer happens inside a timed call. The program donates
 its initial carry (the reset state and timestep), so the scan does not copy it first;
@@ -113,7 +116,8 @@ class EnvStepTimer:
     """Env-only stepping compiled once, timed as often as asked (`time_env_steps` is one
     `time` of a new timer). Building it resets the envs and compiles the ``T``-step scan
     once; `time` runs the compiled program ``repeats`` times and returns a result
-    record. ``reset_pool``: auto-reset from these start states (`jaxdrive.vectorize`)."""
+    record. ``reset_pool``: auto-reset from these start states (`jaxdrive.vectorize`);
+    ``obs_only``: return only the last observations (module docstring)."""
 
     def __init__(
         self,
@@ -126,6 +130,7 @@ class EnvStepTimer:
         reset_mode: str = "auto",
         fold: bool = True,
         reset_pool: Any = None,
+        obs_only: bool = False,
     ) -> None:
         venv = jaxdrive.vectorize(
             env, num_envs, auto_reset=auto_reset, reset_mode=reset_mode, reset_pool=reset_pool
@@ -138,8 +143,8 @@ class EnvStepTimer:
 
         # The initial carry is donated: the scan updates it in place instead of first
         # copying it (the observations of every env); `time` hands each call its own
-        # copy, made before the clock starts.
-        @functools.partial(jax.jit, donate_argnums=(1, 2))
+        # copy, made before the clock starts (not with ``obs_only``: nothing to reuse it).
+        @functools.partial(jax.jit, donate_argnums=() if obs_only else (1, 2))
         def run(key, state, ts):
             def body(carry, k):
                 state, ts, *acc = carry  # acc: the fold's scalar, only with `fold`
@@ -158,6 +163,8 @@ class EnvStepTimer:
             akeys, ekeys = keys[:, :groups], keys[:, groups]
             init = (state, ts, jnp.zeros((), jnp.float32)) if fold else (state, ts)
             carry, _ = jax.lax.scan(body, init, (akeys, ekeys))
+            if obs_only:
+                return carry[1].obs, jnp.zeros((), jnp.float32)
             return carry if fold else (*carry, jnp.zeros((), jnp.float32))
 
         self._state, self._ts = jax.block_until_ready(reset(jax.random.key(seed)))
@@ -166,6 +173,7 @@ class EnvStepTimer:
         self.compile_s = time.perf_counter() - t0
         self._seed = seed
         self._env, self._num_envs, self._num_steps, self._fold = env, num_envs, num_steps, fold
+        self._obs_only = bool(obs_only)
 
     def time(self, repeats: int = 5, profile_dir: str | None = None) -> dict[str, Any]:
         """Times ``repeats`` calls of the compiled scan (after one warm-up call), each
@@ -200,6 +208,7 @@ class EnvStepTimer:
             "ms_per_batch_step": 1e3 * med / t,
             "peak_memory_bytes": peak_memory_bytes(),
             "fold": bool(self._fold),
+            "obs_only": self._obs_only,
             **({"_hlo": self._compiled.as_text()} if profile_dir else {}),
         }
 
