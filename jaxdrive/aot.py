@@ -46,18 +46,20 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
         return _POOL[0]
 
 
-class _CacheEvents(list):
+class _CacheEvents:
     """The `jax.monitoring` events one thread records while this is entered (the
     persistent compilation cache records ``…/compile_requests_use_cache`` and
-    ``…/cache_hits``); events of other threads' compilations are left out."""
+    ``…/cache_hits``); events of other threads' compilations are left out. Listeners
+    compare by identity: `jax.monitoring` removes a listener by equality, and
+    compilations in other threads have listeners of their own."""
 
     def __init__(self) -> None:
-        super().__init__()
+        self.events: list[str] = []
         self._thread = threading.get_ident()
 
     def __call__(self, event: str, **kwargs: Any) -> None:
         if threading.get_ident() == self._thread:
-            self.append(event)
+            self.events.append(event)
 
     def __enter__(self) -> _CacheEvents:
         jax.monitoring.register_event_listener(self)
@@ -68,9 +70,9 @@ class _CacheEvents(list):
 
     def from_cache(self) -> str:
         """``"yes"``, ``"no"`` or ``"no, the persistent cache is off"``."""
-        if "/jax/compilation_cache/cache_hits" in self:
+        if "/jax/compilation_cache/cache_hits" in self.events:
             return "yes"
-        if "/jax/compilation_cache/compile_requests_use_cache" in self:
+        if "/jax/compilation_cache/compile_requests_use_cache" in self.events:
             return "no"
         return "no, the persistent cache is off"
 

@@ -48,3 +48,18 @@ def test_finite_flags_name_every_float_leaf():
     assert names == ["b", "p/w"]
     np.testing.assert_array_equal(finite_flags(tree), [True, False])
     assert finite_flags({"i": jnp.int32(1)}).shape == (0,)
+
+
+def test_cache_event_listeners_leave_in_any_order():
+    """Compilations in several threads each register a listener; one leaving first, with
+    the same events recorded so far as another, must not unregister the other's (the
+    listeners are removed by equality)."""
+    from jaxdrive.aot import _CacheEvents
+
+    first, second = _CacheEvents(), _CacheEvents()
+    first.__enter__()
+    second.__enter__()
+    second.__exit__(None, None, None)  # both empty: equal as lists would be
+    first("/jax/compilation_cache/cache_hits")
+    first.__exit__(None, None, None)
+    assert first.from_cache() == "yes" and second.from_cache() == "no, the persistent cache is off"
