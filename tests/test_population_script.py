@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = "--config=experiments/configs/population.py:cartpole,tiny"
 ARGS = [
     "--config.run.iterations_per_chunk=1",
-    "--config.run.checkpoint_every_chunks=1",
+    "--config.run.checkpoint_every_chunks=2",  # checkpoints 2 (the resume's) and 4
     "--config.run.keep_checkpoints=10",
     "--config.population.pbt.interval_chunks=2",
 ]
@@ -60,9 +60,9 @@ def two_runs(tmp_path_factory):
         "rounds": open(os.path.join(wd, "population.jsonl")).read(),
         "summary": json.load(open(os.path.join(wd, "summary.json"))),
         "files": sorted(os.listdir(wd)),
+        "checkpoints": sorted(os.listdir(os.path.join(wd, "checkpoints"))),
     }
-    for step in ("3", "4"):
-        shutil.rmtree(os.path.join(wd, "checkpoints", step))
+    shutil.rmtree(os.path.join(wd, "checkpoints", "4"))
     second = _script([f"--workdir={wd}", *ARGS])
     assert second.returncode == 0, second.stderr[-3000:]
     return wd, saved, second
@@ -74,6 +74,7 @@ def test_run_folder(two_runs):
                  "summary.json", "members", "checkpoints"):  # fmt: skip
         assert name in saved["files"], name
     assert saved["summary"]["devices"].startswith("cpu: 2 ×")
+    assert saved["checkpoints"] == ["2", "4"]
     assert sorted(os.listdir(os.path.join(wd, "members"))) == ["000", "001", "002", "003"]
     assert os.path.isdir(os.path.join(wd, "members", "000", "tb"))
     rounds = [json.loads(x) for x in saved["rounds"].splitlines()]
