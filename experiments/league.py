@@ -42,7 +42,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from experiments import common
-from jaxdrive.checkpoint import Checkpointer
+from jaxdrive.checkpoint import Checkpointer, placed
 from jaxdrive.runfolder import CHECKPOINT_DIR
 from jaxdrive.runlock import RunLock
 from jaxdrive.signals import StopRequest, run_stoppable
@@ -134,7 +134,7 @@ def run(
         turns = max(2, trainer.num_iterations // k)
         rs = common.run_settings(config)
         every = int(rs["checkpoint_every_chunks"])
-        state = jax.jit(league.init)(jax.random.key(int(config.seed)))
+        state = placed(jax.jit(league.init)(jax.random.key(int(config.seed))))
         ckpt = Checkpointer(
             os.path.join(workdir, CHECKPOINT_DIR), max_to_keep=int(rs["keep_checkpoints"])
         )

@@ -53,7 +53,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from experiments import common
-from jaxdrive.checkpoint import Checkpointer, config_hash
+from jaxdrive.checkpoint import Checkpointer, config_hash, placed
 from jaxdrive.logging import MetricsLogger
 from jaxdrive.loop import chunk_size
 from jaxdrive.runfolder import CHECKPOINT_DIR, plain_config
@@ -277,7 +277,7 @@ def _train(
     every = int(rs["checkpoint_every_chunks"])
     key = jax.random.key(int(config["seed"]))
     init = jax.jit(pop.init)
-    state = init(key)
+    state = placed(init(key))  # resumed or not, the programs lower alike
     start = 0
     ckpt = Checkpointer(
         os.path.join(workdir, CHECKPOINT_DIR), max_to_keep=int(rs["keep_checkpoints"])

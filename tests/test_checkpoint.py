@@ -20,6 +20,7 @@ from jaxdrive.checkpoint import (
     CheckpointError,
     config_hash,
     latest_step,
+    placed,
     state_digest,
 )
 
@@ -93,6 +94,20 @@ def test_round_trip_exact(tmp_path):
             jax.random.uniform(restored.typed_keys[2]), jax.random.uniform(state.typed_keys[2])
         )
         assert ckpt.restore_metadata()["env_steps"] == 1200
+
+
+def test_placed_fresh_state_lowers_as_a_restored_one(tmp_path):
+    """A program jitted on a restored state lowers to the same module as on a `placed`
+    fresh one (so a resume finds the first run's programs in the compilation cache),
+    and not as on the fresh state itself; placing keeps every value."""
+    fresh = make_state(jnp.int32(3))
+    with Checkpointer(tmp_path / "ck") as ckpt:
+        ckpt.save(1, fresh, {})
+        restored, _ = ckpt.restore(make_state(jnp.int32(4)))
+    step = jax.jit(lambda s: jax.tree.map(lambda x: x, s.replace(iteration=s.iteration + 1)))
+    text = step.lower(restored).as_text()
+    assert step.lower(placed(fresh)).as_text() == text != step.lower(fresh).as_text()
+    assert_same(placed(fresh), fresh)
 
 
 def test_retention_latest_and_atomic_steps(tmp_path):
