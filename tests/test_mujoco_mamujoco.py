@@ -105,7 +105,7 @@ def test_walker_partition_step_matches_reference():
         f.flush()
         ref = _reference("Walker2d", "2x3", xml_file=f.name)
     single = ref.single_agent_env.unwrapped
-    state = env.single_agent_env.state_from(single.data.qpos, single.data.qvel)
+    state = jax.jit(env.single_agent_env.state_from)(single.data.qpos, single.data.qvel)
     import mujoco
 
     qpos, qvel = single.data.qpos.copy(), single.data.qvel.copy()
