@@ -307,6 +307,8 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
             qpos=jnp.asarray(qpos, jnp.float32), qvel=jnp.asarray(qvel, jnp.float32)
         )
         k = mjx.com_vel(m, mjx.com_pos(m, mjx.kinematics(m, d)))
+        # only these fields from k: its qpos has the free joint's quaternion normalised,
+        # where MuJoCo's mj_forward leaves qpos as set
         d = d.replace(
             xpos=k.xpos,
             xmat=k.xmat,
