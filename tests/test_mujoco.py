@@ -329,6 +329,35 @@ def test_render_in_a_subprocess(tmp_path):
     assert "OK" in proc.stdout
 
 
+def test_missing_gl_library_disables_rendering_not_the_envs():
+    """``MUJOCO_GL=egl`` where libEGL is not installed (the benchmarks' GPU machine) makes
+    ``import mujoco`` itself fail; the envs import it with rendering disabled instead,
+    and the run folder's renderer hook says why in one line."""
+    code = (
+        "import ctypes, os\n"
+        "class CDLL(ctypes.CDLL):  # no libEGL here\n"
+        "    def __init__(self, name, *a, **k):\n"
+        "        if str(name).startswith('libEGL.'): raise OSError(name)\n"
+        "        super().__init__(name, *a, **k)\n"
+        "ctypes.CDLL = CDLL\n"
+        "from environments.mujoco import locomotion, render\n"
+        "env = locomotion.Hopper()\n"
+        "assert os.environ['MUJOCO_GL'] == 'disable', os.environ['MUJOCO_GL']\n"
+        "why = render.unavailable_reason()\n"
+        "assert why.startswith('MUJOCO_GL=egl, but libEGL is not installed'), why\n"
+        "assert render.make_renderer(env) is None\n"
+        "print('OK')\n"
+    )
+    env = dict(os.environ, MUJOCO_GL="egl", JAX_PLATFORMS="cpu")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines()[-1] == "OK"
+    assert proc.stderr.count("libEGL is not installed") == 1  # one line, logged once
+
+
 def test_locomotion_suite_skips_a_long_compile(capsys):
     """`--suite=locomotion` runs an env's measurements in a worker process; a compile
     that runs past the limit is skipped with a line saying so, and a new worker goes

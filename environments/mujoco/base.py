@@ -36,6 +36,7 @@ from flax import struct
 from environments.classic_control import single_agent_timestep
 from environments.mujoco.fusion import fuse_static
 from environments.mujoco.model import MjxModelConfig, gymnasium_asset, load_model, resolve_config
+from environments.mujoco.render import import_mujoco
 from jaxdrive.env import Env
 from jaxdrive.spaces import Box, Space
 from jaxdrive.types import EnvParams, EnvState, TimeStep
@@ -144,6 +145,7 @@ class MujocoEnv(Env[MujocoState, ParamsT], Generic[ParamsT]):
 
     # ----- construction ------------------------------------------------------------------
     def __post_init__(self) -> None:
+        import_mujoco()  # first: a MUJOCO_GL whose library is missing must not break it
         from mujoco import mjx
 
         for name in ("frame_skip", "max_episode_steps"):
