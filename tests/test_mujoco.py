@@ -301,7 +301,19 @@ def test_ant_foot_spheres():
         MjxModelConfig(end_spheres=("left_ankle_geom",))
 
 
-def test_render_in_a_subprocess(tmp_path):
+def _run_with_egl(code: str) -> subprocess.CompletedProcess:
+    """``code`` run by a new Python in the repository with ``MUJOCO_GL=egl`` on the CPU;
+    asserts it exits 0."""
+    env = dict(os.environ, MUJOCO_GL="egl", JAX_PLATFORMS="cpu")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def test_render_in_a_subprocess():
     """One frame of a Hopper state with MuJoCo's renderer (EGL) directly and through the
     run folder's hook (`make_renderer`), or a one-line reason why it cannot draw here."""
     code = (
@@ -318,12 +330,7 @@ def test_render_in_a_subprocess(tmp_path):
         "assert render.make_renderer(env)(state).shape == (240, 320, 3)\n"
         "print('OK')\n"
     )
-    env = dict(os.environ, MUJOCO_GL="egl", JAX_PLATFORMS="cpu")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = _run_with_egl(code)
     if "SKIP" in proc.stdout:
         pytest.skip(proc.stdout.strip().splitlines()[-1])
     assert "OK" in proc.stdout
@@ -348,12 +355,7 @@ def test_missing_gl_library_disables_rendering_not_the_envs():
         "assert render.make_renderer(env) is None\n"
         "print('OK')\n"
     )
-    env = dict(os.environ, MUJOCO_GL="egl", JAX_PLATFORMS="cpu")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = _run_with_egl(code)
     assert proc.stdout.splitlines()[-1] == "OK"
     assert proc.stderr.count("libEGL is not installed") == 1  # one line, logged once
 
