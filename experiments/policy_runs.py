@@ -120,7 +120,14 @@ class _Program:
             logging.info("evaluation program %s", info.text())
             if self._keep is not None:
                 store, key, lowered_args, outputs = self._keep
-                store.save_executable(key, self._exe, lowered_args, outputs, {})
+                store.save_executable(
+                    key,
+                    self._exe,
+                    lowered_args,
+                    outputs,
+                    {},
+                    from_jax_cache=info.from_cache == "yes",
+                )
         if self._exe is not None and matches(self._exe, args):
             return self._exe(*args)
         return self.jitted(*args)

@@ -148,7 +148,7 @@ class LoopPrograms:
     def _init_executable(self) -> Any:
         if self._init_exe is None:
             self._init_exe, self.init_info = self._init_job.result()
-            self._save("init", self._init_exe, (0,), {})
+            self._save("init", self._init_exe, (0,), {}, self.init_info)
         return self._init_exe
 
     # ---- the program store ---------------------------------------------------------
@@ -177,12 +177,18 @@ class LoopPrograms:
             return None
         return exe, CompileInfo(name, 0.0, time.perf_counter() - t0, "yes, from the program store")
 
-    def _save(self, name: str, executable: Any, args: tuple, meta: dict[str, Any]) -> None:
+    def _save(
+        self, name: str, executable: Any, args: tuple, meta: dict[str, Any], info: CompileInfo
+    ) -> None:
         """Stores a built executable (in a thread of its own: the run goes on), where its
-        argument and result structures are the ones `_load` rebuilds."""
+        argument and result structures are the ones `_load` rebuilds; not one loaded from
+        JAX's compilation cache (``info.from_cache``, see `ProgramStore.save_executable`)."""
         if self._store is not None:
             outputs = self._chunk_outputs(meta) if name == "chunk" else self._shapes
-            self._store.save_executable(self._store_key(name), executable, args, outputs, meta)
+            self._store.save_executable(
+                self._store_key(name), executable, args, outputs, meta,
+                from_jax_cache=info.from_cache == "yes",
+            )  # fmt: skip
 
     def init(self, key: jax.Array) -> Any:
         """The fresh runner state for ``key`` (waits for the init program)."""
@@ -211,7 +217,7 @@ class LoopPrograms:
             keys = [k for p, _ in paths for k in p]
             if all(isinstance(k, jax.tree_util.DictKey) and isinstance(k.key, str) for k in keys):
                 names = [[k.key for k in p] for p, _ in paths]
-                self._save("chunk", exe, (self._shapes, 0), {"metrics": names})
+                self._save("chunk", exe, (self._shapes, 0), {"metrics": names}, info)
         else:
             log.info("the runner state's shardings differ from the init program's: lowering again")
             exe, info = compile_async(self._chunk, *args).result()

@@ -260,11 +260,26 @@ class ProgramStore:
             return None
 
     def save_executable(
-        self, key: str, executable: Any, args: tuple, outputs: Any, meta: Mapping[str, Any]
-    ) -> threading.Thread:
+        self,
+        key: str,
+        executable: Any,
+        args: tuple,
+        outputs: Any,
+        meta: Mapping[str, Any],
+        *,
+        from_jax_cache: bool = False,
+    ) -> threading.Thread | None:
         """Stores ``executable`` under ``key`` with ``meta`` in a thread of its own (the
         caller goes on; the thread is returned), where its argument and result structures
-        are those of ``args`` and ``outputs`` (what `load_executable` rebuilds them from)."""
+        are those of ``args`` and ``outputs`` (what `load_executable` rebuilds them from).
+
+        ``from_jax_cache``: the executable was itself loaded from JAX's persistent
+        compilation cache. It is then not stored (``None``, one log line): serialized
+        again, a loaded executable can lack compiled functions (XLA:CPU's then fail at
+        their first call: "Function ... not found")."""
+        if from_jax_cache:
+            log.info("program store: %s not stored (loaded from JAX's compilation cache)", key)
+            return None
 
         def save() -> None:
             from jax.experimental import serialize_executable

@@ -70,7 +70,7 @@ def test_second_run_loads_the_first_chunk_from_the_default_cache(tmp_path):
     """The default folder is ``$XDG_CACHE_HOME/jaxdrive/xla``; the first run fills it
     (its init, chunk and evaluation executables in ``programs/``), and the same command
     into a new run folder loads them from there, stores nothing new and evaluates the
-    same returns."""
+    same returns. Programs that come from JAX's cache are not put in the store."""
     cache = tmp_path / "xdg" / "jaxdrive" / "xla"
     first = _train(tmp_path, str(tmp_path / "run1"))
     assert _compiled_line(first).rstrip().endswith("from cache: no)")
@@ -90,6 +90,14 @@ def test_second_run_loads_the_first_chunk_from_the_default_cache(tmp_path):
     assert evals("run1") and evals("run2") == evals("run1")
     third = _train(tmp_path, str(tmp_path / "run3"), "--program_store=false")
     assert _compiled_line(third).rstrip().endswith("from cache: yes)")  # traced, XLA cached
+    # programs loaded from JAX's cache are not stored: serialized again, XLA:CPU's lost
+    # compiled functions and failed at their first call in the next run
+    for name in _entries(cache / "programs"):
+        os.remove(cache / "programs" / name)
+    fourth = _train(tmp_path, str(tmp_path / "run4"))
+    assert _compiled_line(fourth).rstrip().endswith("from cache: yes)")
+    assert fourth.stderr.count("not stored (loaded from JAX's compilation cache)") == 3
+    assert _entries(cache / "programs") == []
 
 
 def test_cache_off_writes_nothing(tmp_path):
