@@ -20,11 +20,12 @@ Run folder (``workdir``)::
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
@@ -177,9 +178,12 @@ def check_run_folder(
 ) -> None:
     """Refuses (``ValueError``) a ``workdir`` that is a file, one holding checkpoints
     without ``resume``, and one whose saved config differs from ``config`` (keys starting
-    with one of ``elastic`` aside) without ``allow_change``."""
+    with one of ``elastic`` aside) without ``allow_change``, and a bad ``config.run``
+    (`run_settings`)."""
     from jaxdrive.checkpoint import Checkpointer
     from jaxdrive.runfolder import CHECKPOINT_DIR
+
+    run_settings(config)
 
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise ValueError(f"{workdir}: --workdir is a file, not a run folder")
@@ -195,6 +199,23 @@ def check_run_folder(
                 f"--workdir {workdir} holds a run with a different config: {'; '.join(diffs[:10])}"
                 "; use a fresh --workdir, or --allow_config_change to resume with it"
             )
+
+
+def finished_run(workdir: str, done: int, unit: str) -> dict[str, Any]:
+    """Says that the run in ``workdir`` is finished (``done`` ``unit`` of ``done``) and
+    returns its ``summary.json`` (or ``{"finished": True}``), its files unchanged."""
+    print(
+        f"{workdir}: this run is finished ({done}/{done} {unit}); nothing to do (its "
+        "files are unchanged); pass another --workdir for a new run.",
+        flush=True,
+    )
+    path = os.path.join(workdir, "summary.json")
+    try:
+        with open(path) as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        summary = {}
+    return {**(summary if isinstance(summary, dict) else {}), "finished": True}
 
 
 def compilation_cache_from_flags() -> str | None:
@@ -267,6 +288,41 @@ def save_config(config: Any, path: str | os.PathLike) -> dict[str, Any]:
     return d
 
 
+@contextlib.contextmanager
+def run_config_written(
+    config: Any, workdir: str, *, primary: bool = True, diffs: list[str] | tuple[str, ...] = ()
+) -> Iterator[None]:
+    """Writes ``workdir/config.json`` for the run that the block is; a file there that
+    differs is kept as ``config.<YYYYmmdd-HHMMSS>.json`` (``diffs`` logged). If the block
+    raises before the folder holds a checkpoint it did not hold before (a resume that
+    its checkpoints cannot take: a config change of the state's structure, say), that
+    file is put back: a refused run leaves its folder as it was. Only ``primary`` (the
+    process that writes the folder) writes."""
+    from jaxdrive.checkpoint import step_folders
+    from jaxdrive.runfolder import CHECKPOINT_DIR
+
+    path = os.path.join(workdir, CONFIG_FILE)
+    same = os.path.exists(path) and config_to_dict(load_config(path)) == config_to_dict(config)
+    if not primary or same:  # the same config: the file is left as it is
+        yield
+        return
+    kept, ckpts = None, os.path.join(workdir, CHECKPOINT_DIR)
+    before = set(step_folders(ckpts))
+    if os.path.exists(path):
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        kept = os.path.join(workdir, f"config.{stamp}.json")
+        os.replace(path, kept)
+        if diffs:
+            logging.warning("config changed on resume (old one kept): %s", "; ".join(diffs))
+    save_config(config, path)
+    try:
+        yield
+    except BaseException:
+        if kept is not None and not set(step_folders(ckpts)) - before:
+            os.replace(kept, path)  # nothing was saved under the new config
+        raise
+
+
 def load_config(workdir_or_path: str | os.PathLike) -> Any:
     """The ``ml_collections.ConfigDict`` of a run folder's ``config.json`` (or a path).
 
@@ -332,11 +388,30 @@ def default_workdir(config: Any, root: str = "runs") -> str:
 def run_settings(config: Any) -> dict[str, Any]:
     """``config.run`` (``iterations_per_chunk``, ``checkpoint_every_chunks``,
     ``keep_checkpoints``, ``eval_every_chunks``, ``eval_num_envs``,
-    ``eval_deterministic``, ``animate``, ``animation_steps``) over the defaults."""
+    ``eval_deterministic``, ``animate``, ``animation_steps``) over the defaults; a value
+    of the wrong kind raises ``ValueError`` naming ``config.run.<key>`` (the scripts
+    call it before they create a run folder)."""
     run = config_to_dict(config["run"]) if config.get("run") else {}
     if not isinstance(run, dict):
         raise ValueError(f"config.run must be a dict of host-loop settings, got {run!r}")
-    return {**RUN_DEFAULTS, **run}
+    rs = {**RUN_DEFAULTS, **run}
+    for key, low in _RUN_INT_MINIMA.items():
+        v = rs[key]
+        if v is None and key == "eval_every_chunks":
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"config.run.{key} must be an integer >= {low}, got {v!r}")
+    for key in ("eval_deterministic", "animate"):
+        if not isinstance(rs[key], bool) and not (key == "animate" and rs[key] is None):
+            raise ValueError(f"config.run.{key} must be true or false, got {rs[key]!r}")
+    return rs
+
+
+#: The least value of each integer key of ``config.run`` (`run_settings`).
+_RUN_INT_MINIMA = dict(
+    iterations_per_chunk=1, checkpoint_every_chunks=1, keep_checkpoints=1,
+    eval_every_chunks=0, eval_num_envs=1, animation_steps=1,
+)  # fmt: skip
 
 
 def build(config: Any) -> tuple[Any, Any, Any]:

@@ -126,8 +126,7 @@ def run(
     )
     common.check_run_folder(config, workdir, resume, allow_config_change)
     os.makedirs(workdir, exist_ok=True)
-    with RunLock(workdir):
-        common.save_config(config, os.path.join(workdir, common.CONFIG_FILE))
+    with RunLock(workdir), common.run_config_written(config, workdir):
         k = int(config.league.turn_iterations)
         trainer = league.trainers[league.sides[0]]
         per_turn = k * trainer.env_steps_per_iteration
@@ -143,6 +142,9 @@ def run(
             res = ckpt.restore_newest(state)
             state, start = res.state, int(res.metadata["turn"])
             logging.info("resumed from turn %d", start)
+            if start >= turns:  # its summary and held-out evaluation stay as they are
+                ckpt.close()
+                return common.finished_run(workdir, turns, "turns")
         path = os.path.join(workdir, LEAGUE_FILE)
         common.trim_jsonl(path, start, key="turn")
         programs = {

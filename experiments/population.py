@@ -258,8 +258,7 @@ def run(
     )
     common.check_run_folder(config, workdir, resume, allow_config_change, _ELASTIC)
     os.makedirs(workdir, exist_ok=True)
-    with RunLock(workdir):
-        common.save_config(config, os.path.join(workdir, common.CONFIG_FILE))
+    with RunLock(workdir), common.run_config_written(config, workdir):
         return _train(pop, config, workdir, t0, allow_config_change, stop)
 
 
@@ -285,6 +284,9 @@ def _train(
     if ckpt.all_steps():
         state, start = _restore(pop, ckpt, state, allow_change)
         logging.info("resumed from iteration %d", start)
+        if start >= total:  # its summary, leaderboard and logs stay as they are
+            ckpt.close()
+            return common.finished_run(workdir, total, "iterations")
     loggers = [MetricsLogger(os.path.join(workdir, "members", f"{i:03d}")) for i in range(pop.size)]
     per_iter = pop.trainer.env_steps_per_iteration
     for lg in loggers:

@@ -113,19 +113,6 @@ def _check_workdir(
     return diffs, finished
 
 
-def _write_config(config: Any, workdir: str, diffs: list[str]) -> None:
-    """Writes ``config.json`` when it is missing or differs (the old one is kept)."""
-    path = os.path.join(workdir, common.CONFIG_FILE)
-    if os.path.exists(path):
-        if common.config_to_dict(common.load_config(path)) == common.config_to_dict(config):
-            return  # the same config: the file is left as it is
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        os.replace(path, os.path.join(workdir, f"config.{stamp}.json"))
-        if diffs:
-            logging.warning("config changed on resume (old one kept): %s", "; ".join(diffs))
-    common.save_config(config, path)
-
-
 def _announce_rounding(config: Any, trainer: Any) -> None:
     """Says once when ``total_env_steps`` is not a whole number of iterations."""
     per_iter = int(config["num_envs"]) * int(config["num_steps"])
@@ -172,6 +159,7 @@ def run(
     common.quiet_orbax()
     common.check_config(config)
     env, env_params, trainer = common.build(config)
+    common.run_settings(config)  # checked before the folder is made
     workdir = workdir or common.default_workdir(config)
     primary = jax.process_index() == 0
     chash = config_hash(plain_config(trainer.config))  # as train_loop computes it
@@ -195,13 +183,12 @@ def run(
                 )
             return {"workdir": os.path.abspath(workdir), "finished": True, "iterations": total}
         _announce_rounding(config, trainer)
-        if primary:
-            _write_config(config, workdir, diffs)
-        return _train(
-            config, workdir, env, env_params, trainer, t0,
-            progress=progress, allow_config_change=allow_config_change, animation=animation,
-            program_store=program_store, stop=stop,
-        )  # fmt: skip
+        with common.run_config_written(config, workdir, primary=primary, diffs=diffs):
+            return _train(
+                config, workdir, env, env_params, trainer, t0,
+                progress=progress, allow_config_change=allow_config_change, animation=animation,
+                program_store=program_store, stop=stop,
+            )  # fmt: skip
 
 
 def _train(

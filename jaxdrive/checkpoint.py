@@ -290,14 +290,21 @@ class Restored:
     skipped: list[tuple[int, str]]
 
 
+#: `_reason` of a checkpoint whose state has another structure than the one restored into.
+_OTHER_STRUCTURE = "its state has another structure than this config's"
+
+
 def _reason(e: BaseException) -> str:
     """One short line for a failed read or write: the innermost cause, without the
     storage layer's specs; a long tensorstore message (the file in quotes, the OS cause
-    last) becomes ``<file>: <cause>``."""
+    last) becomes ``<file>: <cause>``; a state of another structure than the target's
+    becomes `_OTHER_STRUCTURE`."""
     inner = e
     while inner.__cause__ is not None and inner.__cause__ is not inner:
         inner = inner.__cause__
     text = " ".join(str(inner).split())
+    if "tree structures do not match" in text:
+        return _OTHER_STRUCTURE
     text = re.split(r"\s*(?:See full TensorStore details|\[tensorstore_spec)", text)[0]
     quoted = re.search(r'"(/[^"]+)"', text)
     if len(text) > 160 and quoted:
@@ -500,6 +507,12 @@ class Checkpointer:
                 continue
             return Restored(state, meta, step, skipped)
         why = "; ".join(f"{s}: {r}" for s, r in skipped) or "no checkpoint"
+        if skipped and all(r == _OTHER_STRUCTURE for _, r in skipped):
+            raise CheckpointError(
+                f"{self.directory}: no checkpoint restores: their state has another "
+                "structure than this config's (another env, network or algorithm); "
+                "resume with the run's own config, or use a fresh --workdir"
+            )
         raise CheckpointError(
             f"{self.directory}: no checkpoint restores ({why}); move the folder aside "
             "(or delete it) to start afresh"

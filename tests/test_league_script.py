@@ -92,6 +92,17 @@ def test_resume_continues_exactly(two_runs):
     assert len(_read(wd, "league.jsonl.discarded-1").splitlines()) == 2
 
 
+def test_finished_run_is_left_as_it_is(two_runs, capsys):
+    """The same run on the finished folder says so and rewrites nothing."""
+    wd = two_runs[0]
+    names = ("league.jsonl", "held_out.json", "summary.json", "config.json")
+    before = {n: _read(wd, n) for n in names}
+    again = league_script.run(_config(), wd, eval_episodes=2)
+    assert again["finished"] and again["turns"] == 4
+    assert "this run is finished (4/4 turns)" in capsys.readouterr().out
+    assert {n: _read(wd, n) for n in names} == before
+
+
 def _script(args: list[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     return subprocess.run(

@@ -144,3 +144,24 @@ def test_evaluate_population_folder(two_runs):
         evaluate(wd, member=4)
     early = evaluate(wd, episodes=3, max_steps=50, step=2)  # saved by the 2-device run
     assert early["step"] == 2 and len(early["members"]) == 4
+
+
+def test_finished_run_is_left_as_it_is(two_runs):
+    """The same command on the finished folder says so and changes no file (its
+    summary, leaderboard and logs keep the run's own figures)."""
+    wd, _, _ = two_runs
+
+    def snapshot() -> dict[str, bytes]:
+        files = {}
+        for root, _, names in os.walk(wd):
+            for n in names:
+                if n != "run.lock":
+                    path = os.path.join(root, n)
+                    files[os.path.relpath(path, wd)] = open(path, "rb").read()
+        return files
+
+    before = snapshot()
+    out = _script([f"--workdir={wd}", *ARGS])
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "this run is finished (4/4 iterations)" in out.stdout
+    assert snapshot() == before
