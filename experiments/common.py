@@ -24,7 +24,6 @@ import contextlib
 import datetime
 import json
 import os
-import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -32,6 +31,7 @@ import jax
 from absl import logging
 
 from algorithms.common.config import RUN_DEFAULTS, TOP_LEVEL_DEFAULTS, config_to_dict
+from experiments.cli import error_line, exit_on_error, parse_flags
 from experiments.policy_runs import (
     animate_states,
     compile_evaluation,
@@ -225,50 +225,6 @@ def compilation_cache_from_flags() -> str | None:
     return setup_compilation_cache(
         flags.FLAGS.compilation_cache, flags.FLAGS.compilation_cache_dir or None
     )
-
-
-def parse_flags(argv: list[str]) -> list[str]:
-    """absl's flag parsing (``app.run(main, flags_parser=parse_flags)``) with one
-    ``error: ...`` line and exit status 2 for a bad flag value, a ``--config`` file that
-    does not exist and a ``--config.<key>`` override naming no config key
-    (ml_collections raises a bare ``KeyError``/``AttributeError`` there)."""
-    import sys
-
-    from absl import flags
-
-    for arg in argv[1:]:  # a missing config file, named before absl's own report
-        if arg.startswith("--config=") or arg.startswith("--config_file="):
-            value = arg.split("=", 1)[1]
-            path = value.split(":", 1)[0]
-            if not os.path.isfile(path):
-                what = "is a folder" if os.path.isdir(path) else "no such file"
-                print(f"error: --config={value}: {path}: {what}", file=sys.stderr)
-                sys.exit(2)
-    try:
-        return flags.FLAGS(argv)
-    except flags.Error as e:
-        print(f"error: {e} (--helpshort lists the flags)", file=sys.stderr)
-        sys.exit(2)
-    except (AttributeError, KeyError) as e:
-        inner: BaseException = e  # AttributeError(KeyError("'key'\nDid you mean ..."))
-        while inner.args and isinstance(inner.args[0], BaseException):
-            inner = inner.args[0]
-        text = str(inner.args[0]) if inner.args else str(inner)
-        first, _, hint = text.partition("\n")
-        key = first.strip("'\"")
-        culprits = [
-            a.split("=", 1)[0]
-            for a in argv[1:]
-            if a.startswith("--config.") and key in a.split("=", 1)[0].split(".")
-        ]
-        where = culprits[0] if culprits else "a --config.<key> override"
-        parent = where[len("--") :].rsplit(".", 1)[0] if culprits else "config"
-        print(
-            f"error: {where} names no config key: {parent} has no key {key!r}. "
-            f"{hint.strip()}".rstrip(),
-            file=sys.stderr,
-        )
-        sys.exit(2)
 
 
 # ----- configs ----------------------------------------------------------------------------
@@ -564,36 +520,3 @@ def check_output_path(path: str | os.PathLike, flag: str = "--out") -> str:
     if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise ValueError(f"{flag}={path}: not writable (permission denied)")
     return path
-
-
-def error_line(e: BaseException) -> str:
-    """One line for a failed command: ``path: cause`` for file-system errors, the
-    message's first line otherwise."""
-    if isinstance(e, OSError) and e.filename is not None:
-        text = f"{e.filename}: {e.strerror or e}"
-    else:
-        text = str(e) or type(e).__name__
-    return text
-
-
-def exit_on_error(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Calls ``fn``; a ``ValueError`` (bad input, a checkpoint that does not restore),
-    an ``OSError`` (a file that cannot be read or written), a held run folder
-    (`jaxdrive.runlock.RunLockedError`) or a ``TimeoutError`` is printed as one
-    ``error: ...`` line on stderr and exits with status 2."""
-    import sys
-
-    from jaxdrive.runlock import RunLockedError
-
-    try:
-        return fn(*args, **kwargs)
-    except (ValueError, OSError, RunLockedError, TimeoutError) as e:
-        print(f"error: {error_line(e)}", file=sys.stderr, flush=True)
-        # The line above is the report: what checkpoint writer threads and unawaited
-        # coroutines print while the interpreter shuts down is not shown after it.
-        import logging as std_logging
-
-        warnings.simplefilter("ignore")
-        std_logging.disable(std_logging.CRITICAL)  # asyncio's "never retrieved" reports
-        sys.stderr = open(os.devnull, "w")  # open until the process ends
-        sys.exit(2)

@@ -53,6 +53,50 @@ def test_command_line_inputs(tmp_path):
     assert not os.path.exists(wd)
 
 
+def test_config_files_that_do_not_load(tmp_path):
+    """A --config file that raises (an unknown preset), does not parse, defines no
+    get_config(), or is a run folder's config.json, and ``--config PATH`` naming no
+    file: exit status 2 and one line each (the flag parsing of every script, run in one
+    process here)."""
+    (tmp_path / "syntax.py").write_text("def get_config(:\n")
+    (tmp_path / "empty.py").write_text("X = 1\n")
+    (tmp_path / "config.json").write_text('{"seed": false}\n')
+    cases = [
+        (["--config=experiments/configs/cartpole.py:bogus"],
+         "error: --config=experiments/configs/cartpole.py:bogus: ValueError: unknown config "
+         "preset(s) ['bogus']"),
+        ([f"--config={tmp_path}/syntax.py"], f"error: --config={tmp_path}/syntax.py: SyntaxError"),
+        ([f"--config={tmp_path}/empty.py"], f"error: --config={tmp_path}/empty.py: the file "
+         "defines no get_config()"),
+        ([f"--config={tmp_path}/config.json"], f"error: --config={tmp_path}/config.json: "
+         "NameError: name 'false' is not defined (a config file is Python"),
+        (["--config", f"{tmp_path}/none.py"], f"error: --config={tmp_path}/none.py: "
+         f"{tmp_path}/none.py: no such file"),
+    ]  # fmt: skip
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from experiments import common, train\n"
+        "train._define_flags()\n"
+        "out = []\n"
+        "for args in json.loads(sys.argv[1]):\n"
+        "    sys.modules.pop('config_config', None)  # ml_collections' name for a loaded file\n"
+        "    err = io.StringIO()\n"
+        "    with contextlib.redirect_stderr(err):\n"
+        "        try:\n"
+        "            common.parse_flags(['train', *args])\n"
+        "            code = 0\n"
+        "        except SystemExit as e:\n"
+        "            code = e.code\n"
+        "    out.append([code, err.getvalue()])\n"
+        "print(json.dumps(out))\n"
+    )
+    proc = rf.run([rf.sys.executable, "-c", code, json.dumps([c for c, _ in cases])])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for (args, start), (code, err) in zip(cases, json.loads(proc.stdout), strict=True):
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith(start), (args, err)
+
+
 def test_evaluate_inputs(ref, tmp_path):
     """evaluate on a file, on a missing folder, on a truncated or non-object config.json,
     on a folder without checkpoints: one line naming the path; train on such a folder
