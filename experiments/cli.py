@@ -9,7 +9,7 @@ import os
 import warnings
 from typing import Any, NoReturn
 
-__all__ = ["error_line", "exit_on_error", "parse_flags"]
+__all__ = ["error_line", "exit_on_error", "parse_flags", "refuse_extra_args"]
 
 
 def parse_flags(argv: list[str]) -> list[str]:
@@ -122,4 +122,17 @@ def exit_on_error(fn: Any, *args: Any, **kwargs: Any) -> Any:
         warnings.simplefilter("ignore")
         std_logging.disable(std_logging.CRITICAL)  # asyncio's "never retrieved" reports
         sys.stderr = open(os.devnull, "w")  # open until the process ends
+        sys.exit(2)
+
+
+def refuse_extra_args(argv: list[str]) -> None:
+    """Exits with status 2 and one ``error: ...`` line where ``argv`` (absl's, the
+    program name first) holds positional arguments, which no script takes."""
+    import sys
+
+    if len(argv) > 1:
+        print(
+            f"error: unexpected arguments {argv[1:]} (flags take the form --name=value)",
+            file=sys.stderr,
+        )
         sys.exit(2)

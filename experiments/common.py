@@ -31,7 +31,7 @@ import jax
 from absl import logging
 
 from algorithms.common.config import RUN_DEFAULTS, TOP_LEVEL_DEFAULTS, config_to_dict
-from experiments.cli import error_line, exit_on_error, parse_flags
+from experiments.cli import error_line, exit_on_error, parse_flags, refuse_extra_args
 from experiments.policy_runs import (
     animate_states,
     compile_evaluation,
@@ -63,6 +63,7 @@ __all__ = [
     "load_config",
     "parse_flags",
     "quiet_orbax",
+    "refuse_extra_args",
     "render_rollout",
     "run_settings",
     "save_config",

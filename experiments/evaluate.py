@@ -230,8 +230,7 @@ def _define_flags() -> None:
 
 def main(argv: list[str]) -> None:
     """The absl entry point."""
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    common.refuse_extra_args(argv)
     F = flags.FLAGS
     common.compilation_cache_from_flags()  # before anything is compiled
     common.exit_on_error(

@@ -207,8 +207,7 @@ def _define_flags() -> None:
 
 def main(argv: list[str]) -> None:
     """The absl entry point."""
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    common.refuse_extra_args(argv)
     FLAGS = flags.FLAGS
     common.compilation_cache_from_flags()
 

@@ -400,8 +400,7 @@ def _num_devices(value: str) -> int:
 
 def main(argv: list[str]) -> None:
     """The absl entry point."""
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    common.refuse_extra_args(argv)
     FLAGS = flags.FLAGS
     config = FLAGS.config
     if FLAGS.seed is not None:

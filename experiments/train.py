@@ -414,8 +414,7 @@ def _define_flags() -> None:
 
 def main(argv: list[str]) -> None:
     """The absl entry point (flags defined by `_define_flags`)."""
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    common.refuse_extra_args(argv)
     FLAGS = flags.FLAGS
     config = FLAGS.config
     if FLAGS.seed is not None:

@@ -375,6 +375,49 @@ def test_append_records_keeps_old_lines_and_names_the_path(tmp_path):
     assert not (tmp_path.parent / f"{tmp_path.name}.tmp").exists()
 
 
+def test_suite_flags_are_checked_before_any_work():
+    """Values absl cannot check (names of rows, backends, modes, algorithms, env counts,
+    matmul precisions) and positional arguments: one line naming the flag, exit status 2,
+    before any suite runs (checked in one process: `run._check_flags` after parsing)."""
+    cases = [
+        (["--learning_runs=bogus"], "error: --learning_runs: unknown ['bogus']"),
+        (["--scaling_modes=weak,bogus"], "error: --scaling_modes: unknown ['bogus']"),
+        (["--backends=foo"], "error: --backends: unknown ['foo']"),
+        (["--learn_algos=bogus"], "error: --learn_algos: unknown ['bogus']"),
+        (["--locomotion_envs=abc"], "error: --locomotion_envs: 'abc' is not a number"),
+        (["--matmul_precision=bogus"], "error: --matmul_precision: 'bogus' is not one of"),
+        (["extra"], "error: unexpected arguments ['extra']"),
+    ]
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from absl import flags\n"
+        "from experiments import common\n"
+        "from experiments.benchmarks import run\n"
+        "out = []\n"
+        "for args in json.loads(sys.argv[1]):\n"
+        "    flags.FLAGS.unparse_flags()\n"
+        "    err = io.StringIO()\n"
+        "    with contextlib.redirect_stderr(err):\n"
+        "        try:\n"
+        "            argv = common.parse_flags(['run', *args])\n"
+        "            common.refuse_extra_args(argv)\n"
+        "            common.exit_on_error(run._check_flags)\n"
+        "            code = 0\n"
+        "        except SystemExit as e:\n"
+        "            code = e.code\n"
+        "    out.append([code, err.getvalue()])\n"
+        "print(json.dumps(out))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, json.dumps([c for c, _ in cases])],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for (args, start), (code, err) in zip(cases, json.loads(proc.stdout), strict=True):
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith(start), (args, err)
+
+
 @pytest.mark.parametrize(
     "flag, message",
     [

@@ -5,6 +5,7 @@ and computes the same numbers; another config builds its own."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -107,19 +108,31 @@ def _wait_for(folder, n: int) -> None:
     raise AssertionError(f"{n} programs were not stored in {folder}")
 
 
-def test_same_config_loads_its_programs_and_computes_the_same(tmp_path):
+def test_same_config_loads_its_programs_and_computes_the_same(tmp_path, caplog):
     store, folder = ps.ProgramStore(tmp_path / "p"), tmp_path / "p"
-    first = _trainer()
+    size = (20, 20)  # programs no other test compiles: not in the tests' shared JAX cache
+    first = _trainer(hidden_sizes=size)
     _, h1 = train_loop(first, 3, None, iterations_per_chunk=2, progress=False, program_store=store)
     assert "program store" not in programs_for(first, 2).init_info.from_cache
     _wait_for(folder, 2)
-    again = _trainer()
+    again = _trainer(hidden_sizes=size)
     _, h2 = train_loop(again, 3, None, iterations_per_chunk=2, progress=False, program_store=store)
     assert programs_for(again, 2).init_info.from_cache == "yes, from the program store"
     assert h2.compile_seconds < h1.compile_seconds
     for k, v in h1.metrics.items():
         np.testing.assert_array_equal(v, h2.metrics[k], err_msg=k)
-    other = _trainer(lr=1e-2)  # another config: built, not loaded
+    other = _trainer(hidden_sizes=(20, 12))  # another config: built, not loaded
     train_loop(other, 3, None, iterations_per_chunk=2, progress=False, program_store=store)
     assert "program store" not in programs_for(other, 2).init_info.from_cache
     _wait_for(folder, 4)
+    # another learning rate (traced): its chunk is the first one's, from JAX's cache where
+    # that is on, and is not stored (serialized again, a loaded executable can lack
+    # compiled functions); what it compiled is stored
+    caplog.set_level(logging.INFO, logger="jaxdrive.program_store")
+    lr = _trainer(hidden_sizes=size, lr=1e-2)
+    train_loop(lr, 3, None, iterations_per_chunk=2, progress=False, program_store=store)
+    skipped = caplog.text.count("not stored (loaded from JAX's compilation cache)")
+    assert skipped == (0 if os.environ.get("JAX_ENABLE_COMPILATION_CACHE") == "false" else 1)
+    _wait_for(folder, 6 - skipped)
+    time.sleep(0.5)
+    assert len([f for f in os.listdir(folder) if f.endswith(".program")]) == 6 - skipped

@@ -25,6 +25,7 @@ import collections
 import glob
 import os
 import re
+import sys
 import tempfile
 from typing import Any
 
@@ -230,7 +231,9 @@ def main(argv: list[str]) -> None:
     del argv
     unknown = [t for t in FLAGS.targets if t not in TARGETS]
     if unknown:
-        raise app.UsageError(f"unknown target(s) {unknown}; targets: {', '.join(TARGETS)}")
+        targets = ", ".join(TARGETS)
+        print(f"error: --targets: unknown {unknown}; targets: {targets}", file=sys.stderr)
+        sys.exit(2)
     root = FLAGS.trace_dir or tempfile.mkdtemp(prefix="jaxdrive_profile_")
     for name in FLAGS.targets:
         d = os.path.join(root, name)

@@ -79,12 +79,17 @@ SUITES = (
 )  # fmt: skip
 MPE_SUITES = ("mpe", "mpe_quick", "mpe_learning", "mpe_parity")  # experiments.benchmarks.mpe
 BACKENDS = ("auto", "xla", "pallas")
+#: The rows of ``--suite=learning`` (`run_learning_suite`).
+LEARNING_RUNS = (
+    "ppo_cartpole", "ppo_acrobot", "ddpg_pendulum", "sac_pendulum", "td3_pendulum", "ppo_tag",
+    "ppo_cartpole_bf16", "ppo_tag_bf16",
+)  # fmt: skip
 flags.DEFINE_enum("suite", "quick", SUITES + MPE_SUITES, "which benchmark suite to run")
 flags.DEFINE_string("out", "experiments/benchmarks/results/results.jsonl", "JSON-lines output")
 flags.DEFINE_list("backends", ["xla", "pallas"], f"TagContinuous backends to time {BACKENDS}")
-flags.DEFINE_integer("num_steps", 100, "steps per timed call")
-flags.DEFINE_integer("repeats", 5, "timed calls (median reported)")
-flags.DEFINE_integer("train_iterations", 5, "iterations per timed training call")
+flags.DEFINE_integer("num_steps", 100, "steps per timed call", lower_bound=1)
+flags.DEFINE_integer("repeats", 5, "timed calls (median reported)", lower_bound=1)
+flags.DEFINE_integer("train_iterations", 5, "iterations per timed training call", lower_bound=1)
 flags.DEFINE_integer("num_seeds", 8, "vmapped seeds of the CartPole learning run")
 flags.DEFINE_integer("spread_env_steps", 10_000_000, "env steps of the marl_learning MPE runs")
 flags.DEFINE_list("marl_runs", None, "rows of --suite=marl_learning (default: all but the opt-in)")
@@ -267,8 +272,6 @@ def run_scaling_suite(iterations: int, repeats: int) -> list[dict[str, Any]]:
     records = []
     for cfg, preset, per_dev, over in SCALING_CONFIGS:
         for mode in FLAGS.scaling_modes:
-            if mode not in ("weak", "strong"):
-                raise app.UsageError(f"--scaling_modes: {mode!r} is not 'weak' or 'strong'")
             recs = scaling_records(
                 cfg, preset, devices, per_dev, weak=mode == "weak", iterations=iterations,
                 repeats=repeats, **over,
@@ -321,9 +324,7 @@ def run_learning_suite(num_seeds: int) -> list[dict[str, Any]]:
         ("ppo_cartpole_bf16", load_config("cartpole", **_bf16("agent")), num_seeds, 475.0),
         ("ppo_tag_bf16", tag(**_bf16("tagger", "runner")), FLAGS.tag_seeds, 3.0),
     ]
-    unknown = [n for n in FLAGS.learning_runs if n not in {r[0] for r in runs}]
-    if unknown:
-        raise app.UsageError(f"unknown --learning_runs {unknown}; known: {[r[0] for r in runs]}")
+    assert tuple(r[0] for r in runs) == LEARNING_RUNS  # what _check_flags accepts
     for name, config, seeds, target in runs:
         if name not in FLAGS.learning_runs:
             continue
@@ -457,14 +458,42 @@ def main(argv: list[str]) -> None:
     """The absl entry point: a bad ``--out`` or ``--compare`` and any file-system error
     are one ``error: ...`` line with exit status 2 (`experiments.common.exit_on_error`);
     ``--out`` and ``--compare`` are checked before any work."""
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    common.refuse_extra_args(argv)
     common.exit_on_error(_run)
+
+
+def _check_flags() -> None:
+    """The suite flags whose values absl cannot check, before any work: ``ValueError``
+    naming the flag."""
+    import jax
+
+    def refuse(flag: str, bad: list[str], known: tuple[str, ...]) -> None:
+        if bad:
+            raise ValueError(f"--{flag}: unknown {bad}; known: {list(known)}")
+
+    refuse("backends", [b for b in FLAGS.backends if b not in BACKENDS], BACKENDS)
+    modes = ("weak", "strong")
+    refuse("scaling_modes", [m for m in FLAGS.scaling_modes if m not in modes], modes)
+    refuse(
+        "learning_runs", [n for n in FLAGS.learning_runs if n not in LEARNING_RUNS], LEARNING_RUNS
+    )
+    algos = ("ppo", "sac", "td3")
+    refuse("learn_algos", [a for a in FLAGS.learn_algos if a not in algos], algos)
+    for n in FLAGS.locomotion_envs:
+        if not n.isdigit() or int(n) < 1:
+            raise ValueError(f"--locomotion_envs: {n!r} is not a number of envs >= 1")
+    for precision in filter(None, FLAGS.matmul_precision.split(",")):
+        try:
+            with jax.default_matmul_precision(precision):
+                pass
+        except ValueError as e:
+            raise ValueError(f"--matmul_precision: {precision!r} is not one of JAX's: {e}") from e
 
 
 def _run() -> None:
     import jax
 
+    _check_flags()
     out = common.check_output_path(FLAGS.out)
     for part in filter(None, FLAGS.compare.split(",")):
         if not glob.glob(part):
