@@ -379,6 +379,8 @@ def build(config: Any) -> tuple[Any, Any, Any]:
 
     check_config(config)
     kwargs = config_to_dict(config["env_kwargs"]) if "env_kwargs" in config else {}
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise ValueError(f"config.env_kwargs must map env options to values, got {kwargs!r}")
     env, env_params = jaxdrive.make(config["env_name"], **(kwargs or {}))
     trainer = algorithms.make_train(config, env, env_params)
     from jaxdrive.distributed import resolve_num_devices

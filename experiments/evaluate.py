@@ -118,6 +118,8 @@ def evaluate(
     ``OSError`` when ``eval.json`` cannot be written (after the result is printed).
     """
     common.quiet_orbax()
+    if max_steps is not None and (isinstance(max_steps, bool) or int(max_steps) < 1):
+        raise ValueError(f"max_steps (--max_steps) must be an integer >= 1, got {max_steps!r}")
     config = common.load_config(workdir)
     ckpt_dir = os.path.join(workdir, CHECKPOINT_DIR)
     if not step_folders(ckpt_dir):

@@ -125,6 +125,14 @@ def test_evaluate_inputs(ref, tmp_path):
     shutil.copy(os.path.join(ref, "config.json"), bare)
     with pytest.raises(ValueError, match=r"bare: no checkpoints in .*: train first"):
         evaluate.evaluate(str(bare))
+    good = rf.copy_run(ref, str(tmp_path / "good"))
+    for bad in (0, -5):
+        with pytest.raises(ValueError, match=r"max_steps \(--max_steps\) must be an integer >= 1"):
+            evaluate.evaluate(good, max_steps=bad)
+    config = json.load(open(os.path.join(good, "config.json")))
+    json.dump({**config, "env_kwargs": [1, 2]}, open(os.path.join(good, "config.json"), "w"))
+    with pytest.raises(ValueError, match=r"config.env_kwargs must map env options to values"):
+        evaluate.evaluate(good)
 
 
 def test_evaluate_refuses_an_edited_config(ref, tmp_path, capsys):

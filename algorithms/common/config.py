@@ -203,7 +203,9 @@ def check_top_level(config: Any, allowed: tuple[str, ...] = TOP_LEVEL_KEYS) -> N
     if partitioner not in PARTITIONERS:
         raise ValueError(f"config.partitioner must be one of {PARTITIONERS}, got {partitioner!r}")
     if "seed" in as_dict(config):
-        integer(None)(config["seed"], "config.seed")
+        seed = integer(None)(config["seed"], "config.seed")
+        if not -(2**63) <= seed < 2**63:  # what a PRNG key is made from
+            raise ValueError(f"config.seed must fit in 64 bits, got {seed}")
 
 
 def merge_defaults(

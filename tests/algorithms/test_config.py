@@ -67,6 +67,9 @@ def test_top_level_and_keys():
     c["seed"] = "zero"
     with pytest.raises(ValueError, match="config.seed must be an integer"):
         algorithms.make_train(c, None)
+    c["seed"] = 10**20
+    with pytest.raises(ValueError, match="config.seed must fit in 64 bits, got 1000"):
+        algorithms.make_train(c, None)
     c = cartpole.get_config("tiny")
     c.num_steps = 0
     with pytest.raises(ValueError, match="config.num_steps must be a positive integer, got 0"):
