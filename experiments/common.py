@@ -250,11 +250,11 @@ def run_config_written(
     config: Any, workdir: str, *, primary: bool = True, diffs: list[str] | tuple[str, ...] = ()
 ) -> Iterator[None]:
     """Writes ``workdir/config.json`` for the run that the block is; a file there that
-    differs is kept as ``config.<YYYYmmdd-HHMMSS>.json`` (``diffs`` logged). If the block
-    raises before the folder holds a checkpoint it did not hold before (a resume that
-    its checkpoints cannot take: a config change of the state's structure, say), that
-    file is put back: a refused run leaves its folder as it was. Only ``primary`` (the
-    process that writes the folder) writes."""
+    differs is kept as ``config.<YYYYmmdd-HHMMSS>.json`` (``diffs`` logged). If a resume
+    (the folder held checkpoints) raises before the folder holds a checkpoint it did not
+    hold before (its checkpoints cannot take the config: a change of the state's
+    structure, say), that file is put back: a refused resume leaves its folder as it was.
+    Only ``primary`` (the process that writes the folder) writes."""
     from jaxdrive.checkpoint import step_folders
     from jaxdrive.runfolder import CHECKPOINT_DIR
 
@@ -275,7 +275,7 @@ def run_config_written(
     try:
         yield
     except BaseException:
-        if kept is not None and not set(step_folders(ckpts)) - before:
+        if kept is not None and before and not set(step_folders(ckpts)) - before:
             os.replace(kept, path)  # nothing was saved under the new config
         raise
 
