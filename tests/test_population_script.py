@@ -146,7 +146,7 @@ def test_evaluate_population_folder(two_runs):
     assert early["step"] == 2 and len(early["members"]) == 4
 
 
-def test_finished_run_is_left_as_it_is(two_runs):
+def test_finished_run_is_left_as_it_is(two_runs, capsys):
     """The same command on the finished folder says so and changes no file (its
     summary, leaderboard and logs keep the run's own figures)."""
     wd, _, _ = two_runs
@@ -160,8 +160,14 @@ def test_finished_run_is_left_as_it_is(two_runs):
                     files[os.path.relpath(path, wd)] = open(path, "rb").read()
         return files
 
+    from experiments import population
+    from experiments.configs import population as configs
+
+    config = configs.get_config("cartpole,tiny")  # the command's config, in-process
+    config.run.update(iterations_per_chunk=1, checkpoint_every_chunks=2, keep_checkpoints=10)
+    config.population.pbt.interval_chunks = 2
     before = snapshot()
-    out = _script([f"--workdir={wd}", *ARGS])
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "this run is finished (4/4 iterations)" in out.stdout
+    summary = population.run(config, wd)
+    assert summary["finished"] and summary["iterations"] == 4
+    assert "this run is finished (4/4 iterations)" in capsys.readouterr().out
     assert snapshot() == before
