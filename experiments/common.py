@@ -259,8 +259,9 @@ def run_config_written(
     from jaxdrive.runfolder import CHECKPOINT_DIR
 
     path = os.path.join(workdir, CONFIG_FILE)
-    same = os.path.exists(path) and config_to_dict(load_config(path)) == config_to_dict(config)
-    if not primary or same:  # the same config: the file is left as it is
+    if not primary or (
+        os.path.exists(path) and config_to_dict(load_config(path)) == config_to_dict(config)
+    ):  # another process writes the folder, or the same config: the file stays as it is
         yield
         return
     kept, ckpts = None, os.path.join(workdir, CHECKPOINT_DIR)
