@@ -114,12 +114,15 @@ def evaluate(
     ``win_rate`` (mean, envs that report wins); the animation is of the first member
     evaluated. Raises ``ValueError`` (naming the path) when ``workdir`` is not a run
     folder, has no (such) checkpoint or member, or its ``config.json`` differs from the
-    checkpoint's config (unless ``allow_config_change``: then a warning), and
+    checkpoint's config (unless ``allow_config_change``: then a warning), or
+    ``animation`` cannot be written, and
     ``OSError`` when ``eval.json`` cannot be written (after the result is printed).
     """
     common.quiet_orbax()
     if max_steps is not None and (isinstance(max_steps, bool) or int(max_steps) < 1):
         raise ValueError(f"max_steps (--max_steps) must be an integer >= 1, got {max_steps!r}")
+    if animation is not None:
+        _check_animation_path(animation)
     config = common.load_config(workdir)
     ckpt_dir = os.path.join(workdir, CHECKPOINT_DIR)
     if not step_folders(ckpt_dir):
@@ -203,6 +206,15 @@ def _over_members(members: list[int], results: list[dict[str, Any]]) -> dict[str
     if "win_rate" in results[0]:
         out["win_rate"] = float(np.mean([r["win_rate"] for r in results]))
     return out
+
+
+def _check_animation_path(path: str) -> None:
+    """Raises ``ValueError`` (naming ``--animation``) when ``path`` cannot be written as
+    an animation: no ``.gif``/``.mp4`` suffix, a folder, a folder that does not exist or
+    is a file, not writable (`common.check_output_path`)."""
+    if os.path.splitext(path)[1].lower() not in (".gif", ".mp4"):
+        raise ValueError(f"--animation={path}: the file name must end in .gif or .mp4")
+    common.check_output_path(path, "--animation")
 
 
 def _mean_line(result: dict[str, Any]) -> str:

@@ -341,6 +341,8 @@ def apply_scaling(
     if autoscale:
         from jaxdrive.autoscale import autoscale as run_autoscale
 
+        if budget_mib is not None and not budget_mib > 0:
+            raise ValueError(f"--autoscale_budget_mib={budget_mib}: expected a positive number")
         budget = None if budget_mib is None else int(budget_mib * 2**20)
         res = run_autoscale(
             config,

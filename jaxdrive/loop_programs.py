@@ -181,8 +181,9 @@ class LoopPrograms:
         self, name: str, executable: Any, args: tuple, meta: dict[str, Any], info: CompileInfo
     ) -> None:
         """Stores a built executable (in a thread of its own: the run goes on), where its
-        argument and result structures are the ones `_load` rebuilds; not one loaded from
-        JAX's compilation cache (``info.from_cache``, see `ProgramStore.save_executable`)."""
+        argument and result structures are the ones `_load` rebuilds; on the CPU, not one
+        loaded from JAX's compilation cache (``info.from_cache``, see
+        `ProgramStore.save_executable`)."""
         if self._store is not None:
             outputs = self._chunk_outputs(meta) if name == "chunk" else self._shapes
             self._store.save_executable(

@@ -157,6 +157,14 @@ def environment_fingerprint() -> dict[str, Any]:
     }
 
 
+def _platform(executable: Any) -> str:
+    """The platform (``"cpu"``, ``"gpu"``, …) of a compiled executable's devices."""
+    try:
+        return executable.runtime_executable().local_devices()[0].platform
+    except Exception:  # no devices to ask: the default backend compiled it
+        return jax.default_backend()
+
+
 class ProgramStore:
     """Serialized executables in ``folder``, one file per key (see the module docstring).
 
@@ -274,10 +282,11 @@ class ProgramStore:
         are those of ``args`` and ``outputs`` (what `load_executable` rebuilds them from).
 
         ``from_jax_cache``: the executable was itself loaded from JAX's persistent
-        compilation cache. It is then not stored (``None``, one log line): serialized
-        again, a loaded executable can lack compiled functions (XLA:CPU's then fail at
-        their first call: "Function ... not found")."""
-        if from_jax_cache:
+        compilation cache. On the CPU it is then not stored (``None``, one log line):
+        serialized again, an XLA:CPU executable loaded from the cache lacks compiled
+        functions and fails at its first call ("Function ... not found"). GPU
+        executables survive it and are stored."""
+        if from_jax_cache and _platform(executable) == "cpu":
             log.info("program store: %s not stored (loaded from JAX's compilation cache)", key)
             return None
 

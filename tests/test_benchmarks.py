@@ -377,8 +377,11 @@ def test_append_records_keeps_old_lines_and_names_the_path(tmp_path):
 
 def test_suite_flags_are_checked_before_any_work():
     """Values absl cannot check (names of rows, backends, modes, algorithms, env counts,
-    matmul precisions) and positional arguments: one line naming the flag, exit status 2,
-    before any suite runs (checked in one process: `run._check_flags` after parsing)."""
+    matmul precisions, MPE learning runs, reference returns naming no run, overrides of
+    keys the config lacks) and positional arguments: one line naming the flag, exit
+    status 2, before any suite runs (checked in one process: `run._check_flags` and
+    `mpe.learning_runs` after parsing, as `run._run` calls them first)."""
+    MPE = "--suite=mpe_learning"
     cases = [
         (["--learning_runs=bogus"], "error: --learning_runs: unknown ['bogus']"),
         (["--scaling_modes=weak,bogus"], "error: --scaling_modes: unknown ['bogus']"),
@@ -387,7 +390,13 @@ def test_suite_flags_are_checked_before_any_work():
         (["--locomotion_envs=abc"], "error: --locomotion_envs: 'abc' is not a number"),
         (["--matmul_precision=bogus"], "error: --matmul_precision: 'bogus' is not one of"),
         (["extra"], "error: unexpected arguments ['extra']"),
-    ]
+        ([MPE, "--mpe_runs=bogus"],
+         "error: --mpe_runs: 'bogus': unknown config preset(s) ['bogus']"),
+        ([MPE, "--mpe_runs=spread+tiny", "--mpe_reference_returns=tag=-5"],
+         "error: --mpe_reference_returns: 'tag=-5' is not RUN=RETURN"),
+        ([MPE, "--mpe_runs=spread+tiny", "--mpe_overrides=algo.nope=1"],
+         "error: --mpe_overrides: 'algo.nope=1' is not KEY=LITERAL"),
+    ]  # fmt: skip
     code = (
         "import contextlib, io, json, sys\n"
         "from absl import flags\n"
@@ -402,6 +411,8 @@ def test_suite_flags_are_checked_before_any_work():
         "            argv = common.parse_flags(['run', *args])\n"
         "            common.refuse_extra_args(argv)\n"
         "            common.exit_on_error(run._check_flags)\n"
+        "            if flags.FLAGS.suite == 'mpe_learning':\n"
+        "                common.exit_on_error(run.mpe.learning_runs)\n"
         "            code = 0\n"
         "        except SystemExit as e:\n"
         "            code = e.code\n"
@@ -416,24 +427,6 @@ def test_suite_flags_are_checked_before_any_work():
     for (args, start), (code, err) in zip(cases, json.loads(proc.stdout), strict=True):
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and lines[0].startswith(start), (args, err)
-
-
-@pytest.mark.parametrize(
-    "flag, message",
-    [
-        ("--mpe_reference_returns=tag=-5", "--mpe_reference_returns: 'tag=-5' is not RUN=RETURN"),
-        ("--mpe_overrides=algo.nope=1", "--mpe_overrides: 'algo.nope=1' is not KEY=LITERAL"),
-    ],
-)
-def test_bad_mpe_learning_flags_are_one_located_line(tmp_path, flag, message):
-    """A ``--mpe_reference_returns`` pair naming no run of ``--mpe_runs``, or an override
-    of a key the config lacks, is refused before any training (exit status 2)."""
-    proc = _bench(
-        "--suite=mpe_learning", "--mpe_runs=spread+tiny", flag, f"--out={tmp_path / 'out.jsonl'}"
-    )
-    assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
-    assert proc.stderr.startswith(f"error: {message}")
-    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_learning_curve_evaluates_after_chunks_and_reads_crossings():

@@ -125,6 +125,16 @@ def test_checkpoint_resumes_on_other_device_count(single, d_new):
     assert single[f"resume_D2_to_D{d_new}"] < RTOL
 
 
+def test_recurrent_ppo_same_on_2_devices(single):
+    """Recurrent PPO (CartPole's ``tiny,gru`` preset: GRU actor, LSTM critic, 2 minibatches
+    of whole sequences): parameters, carries and metrics agree with 1 device (metrics
+    relative to ``max(|value|, 1)``: the policy loss of normalised advantages is near 0);
+    the carries are split."""
+    assert single["recurrent_D1_shards"] == 1 and single["recurrent_D2_shards"] == 2
+    assert single["recurrent_ppo_D2"] < RTOL
+    assert single["recurrent_ppo_D2_metrics"] < RTOL
+
+
 def test_bad_device_counts(single):
     assert "num_envs=4 is not divisible by the device count 3" in single["err_divisible"]
     assert "mesh larger than the 8 device(s) present" in single["err_too_many"]

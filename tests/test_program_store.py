@@ -126,8 +126,8 @@ def test_same_config_loads_its_programs_and_computes_the_same(tmp_path, caplog):
     assert "program store" not in programs_for(other, 2).init_info.from_cache
     _wait_for(folder, 4)
     # another learning rate (traced): its chunk is the first one's, from JAX's cache where
-    # that is on, and is not stored (serialized again, a loaded executable can lack
-    # compiled functions); what it compiled is stored
+    # that is on, and on the CPU is not stored (serialized again, an XLA:CPU executable
+    # loaded from the cache lacks compiled functions); what it compiled is stored
     caplog.set_level(logging.INFO, logger="jaxdrive.program_store")
     lr = _trainer(hidden_sizes=size, lr=1e-2)
     train_loop(lr, 3, None, iterations_per_chunk=2, progress=False, program_store=store)

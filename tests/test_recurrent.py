@@ -3,7 +3,7 @@ with random resets, the learner's sequence re-run against acting (the BPTT invar
 ratio 1 at the first step), a memory task a GRU learns and an MLP cannot, exact resume
 from a checkpoint, several policies with a centralised critic and agent IDs, action
 masks, evaluation with the carry, no retrace, and the config errors. Distribution over
-forced CPU devices: `tests/test_recurrent_distributed.py`."""
+forced CPU devices: `tests/test_distributed.py`."""
 
 from __future__ import annotations
 

@@ -204,7 +204,12 @@ def learning_runs() -> tuple[dict[str, Any], dict[str, float]]:
                 f"--mpe_reference_returns: {pair!r} is not RUN=RETURN with RUN one of "
                 f"--mpe_runs {runs}"
             ) from None
-    configs = {run: load_config("mpe", run.replace("+", ",")) for run in runs}
+    configs = {}
+    for run in runs:
+        try:
+            configs[run] = load_config("mpe", run.replace("+", ","))
+        except ValueError as e:
+            raise ValueError(f"--mpe_runs: {run!r}: {e}") from None
     for item in flags.FLAGS.mpe_overrides:
         dotted, sep, literal = item.partition("=")
         try:

@@ -76,3 +76,11 @@ def test_bad_run_settings_are_refused_before_the_folder_exists(tmp_path, key, va
     with pytest.raises(ValueError, match=match):
         population.run(p, wd)
     assert not os.path.exists(wd)
+
+
+@pytest.mark.parametrize("budget", [0.0, -1.0, float("nan")])
+def test_autoscale_budget_must_be_positive(budget):
+    from experiments import train
+
+    with pytest.raises(ValueError, match=r"^--autoscale_budget_mib=.*: expected a positive"):
+        train.apply_scaling(cartpole.get_config("tiny"), autoscale=True, budget_mib=budget)
