@@ -197,8 +197,9 @@ def check_env(
     who = f"check_env({env.name})"
     key = jax.random.key(seed)
     k_reset, k_run, k_det = jax.random.split(key, 3)
-    state, state1, step = _check_jit(env, params, seed, k_reset, who, observations_atol)
-    _check_determinism(env, params, step, k_det, who)
+    reset = jax.jit(env.reset)  # one program for every reset below
+    state, state1, step = _check_jit(env, params, seed, k_reset, who, observations_atol, reset)
+    _check_determinism(env, params, reset, step, k_det, who)
     episodes = _check_episode(env, params, num_steps, k_run, who)
 
     # -- vmap -------------------------------------------------------------------------
@@ -228,12 +229,13 @@ def check_env(
 
 
 def _check_jit(
-    env: Env, params: Any, seed: int, k_reset: jax.Array, who: str, atol: float = 0.0
+    env: Env, params: Any, seed: int, k_reset: jax.Array, who: str, atol: float, reset: Any
 ) -> Any:
-    """Reset and step under jit: timesteps match the spaces and each other, the state
-    keeps its structure, the jitted step traces once over four calls,
-    `Env.observations` equals ``ts.obs``. Returns ``(state, stepped state, step)``."""
-    state, ts0 = jax.jit(env.reset)(k_reset, params)
+    """Reset (``reset``: the jitted ``env.reset``) and step under jit: timesteps match the
+    spaces and each other, the state keeps its structure, the jitted step traces once
+    over four calls, `Env.observations` equals ``ts.obs``. Returns ``(state, stepped
+    state, step)``."""
+    state, ts0 = reset(k_reset, params)
     check_timestep(env, ts0, where=f"{who}: reset")
     _require(not bool(ts0.done), f"{who}: reset", "returned done=True")
     traces = {"n": 0}
@@ -272,9 +274,11 @@ def _check_jit(
     return state, state1, step
 
 
-def _check_determinism(env: Env, params: Any, step: Any, k_det: jax.Array, who: str) -> None:
-    sa, ta = jax.jit(env.reset)(k_det, params)
-    sb, tb = jax.jit(env.reset)(k_det, params)
+def _check_determinism(
+    env: Env, params: Any, reset: Any, step: Any, k_det: jax.Array, who: str
+) -> None:
+    sa, ta = reset(k_det, params)
+    sb, tb = reset(k_det, params)
     assert_trees_equal((sa, ta), (sb, tb), f"{who}: determinism: reset with the same key")
     a = env.sample_actions(k_det)
     assert_trees_equal(
