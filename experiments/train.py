@@ -323,7 +323,10 @@ def apply_scaling(
     config: Any, num_devices: Any = None, autoscale: bool = False, budget_mib: float | None = None
 ) -> Any:
     """``config`` with ``num_devices`` set (``None``: unchanged) and, with ``autoscale``,
-    ``num_envs`` chosen by `jaxdrive.autoscale.autoscale` (its table is logged)."""
+    ``num_envs`` chosen by `jaxdrive.autoscale.autoscale` (its table is logged) within
+    ``budget_mib`` MiB (``None``: the device's budget). Raises ``ValueError`` naming the
+    flag for a bad ``num_devices``, a ``budget_mib`` that is not positive, or one given
+    without ``autoscale``."""
     if num_devices is not None:
         value = str(num_devices).strip()
         if value.lower() != "all":
@@ -338,6 +341,8 @@ def apply_scaling(
                 config["num_devices"] = value
         else:
             config["num_devices"] = value
+    if budget_mib is not None and not autoscale:
+        raise ValueError(f"--autoscale_budget_mib={budget_mib}: only used with --autoscale")
     if autoscale:
         from jaxdrive.autoscale import autoscale as run_autoscale
 
@@ -403,7 +408,7 @@ def _define_flags() -> None:
     flags.DEFINE_integer("coordinator_timeout", 300, "multi-host: seconds to wait for peers")
     flags.DEFINE_bool("autoscale", False, "choose the largest num_envs that fits in memory")
     flags.DEFINE_float(
-        "autoscale_budget_mib", None, "autoscale memory budget (default: 0.9 of the device's)"
+        "autoscale_budget_mib", None, "with --autoscale: memory budget (default: 0.9 of the device's)"
     )
     common.define_compilation_cache_flags()
     flags.DEFINE_bool(

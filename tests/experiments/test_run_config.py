@@ -84,3 +84,10 @@ def test_autoscale_budget_must_be_positive(budget):
 
     with pytest.raises(ValueError, match=r"^--autoscale_budget_mib=.*: expected a positive"):
         train.apply_scaling(cartpole.get_config("tiny"), autoscale=True, budget_mib=budget)
+
+
+def test_autoscale_budget_needs_autoscale():
+    from experiments import train
+
+    with pytest.raises(ValueError, match=r"^--autoscale_budget_mib=64.0: only used with"):
+        train.apply_scaling(cartpole.get_config("tiny"), budget_mib=64.0)
