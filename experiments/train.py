@@ -408,7 +408,7 @@ def _define_flags() -> None:
     flags.DEFINE_integer("coordinator_timeout", 300, "multi-host: seconds to wait for peers")
     flags.DEFINE_bool("autoscale", False, "choose the largest num_envs that fits in memory")
     flags.DEFINE_float(
-        "autoscale_budget_mib", None, "with --autoscale: memory budget (default: 0.9 of the device's)"
+        "autoscale_budget_mib", None, "with --autoscale: memory budget (default: 0.9 of the device)"
     )
     common.define_compilation_cache_flags()
     flags.DEFINE_bool(
