@@ -159,8 +159,8 @@ def test_animate_gif(tmp_path, grid_env, grid_states):
         assert im.info["duration"] == 200
     # Frames directly, as a list or a [N, H, W, 3] array.
     frames = np.stack([np.full((8, 10, 3), 40 * i, np.uint8) for i in range(3)])
-    for item in (list(frames), frames):
-        p = animate(item, None, tmp_path / "frames.gif")
+    for item in (list(frames), frames):  # into a folder that does not exist yet
+        p = animate(item, None, tmp_path / "new" / "frames.gif")
         with Image.open(p) as im:
             assert im.n_frames == 3 and im.size == (10, 8)
 

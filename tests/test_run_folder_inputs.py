@@ -130,11 +130,12 @@ def test_evaluate_inputs(ref, tmp_path):
         with pytest.raises(ValueError, match=r"max_steps \(--max_steps\) must be an integer >= 1"):
             evaluate.evaluate(good, max_steps=bad)
     (tmp_path / "folder.gif").mkdir()
-    for bad, why in ((f / "x.gif", "its folder .*file is a file"),
+    for bad, why in ((f / "x.gif", ".*file is a file, not a folder"),
                      (tmp_path / "folder.gif", "is a folder"),
                      (tmp_path / "x.png", "the file name must end in .gif or .mp4")):  # fmt: skip
         with pytest.raises(ValueError, match=rf"^--animation={bad}: {why}"):
             evaluate.evaluate(good, animation=str(bad))
+    evaluate._check_animation_path(str(tmp_path / "new" / "a.gif"))  # made when written
     config = json.load(open(os.path.join(good, "config.json")))
     json.dump({**config, "env_kwargs": [1, 2]}, open(os.path.join(good, "config.json"), "w"))
     with pytest.raises(ValueError, match=r"config.env_kwargs must map env options to values"):
