@@ -509,17 +509,23 @@ def write_json(path: str | os.PathLike, data: Mapping[str, Any]) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def check_output_path(path: str | os.PathLike, flag: str = "--out") -> str:
+def check_output_path(
+    path: str | os.PathLike, flag: str = "--out", *, make_folders: bool = False
+) -> str:
     """Checks, before any work, that a result can be written to ``path``: its folder
-    exists and is writable and ``path`` is not a folder. Returns ``path``; raises
+    exists and is writable and ``path`` is not a folder. With ``make_folders`` (the
+    writer makes missing folders) a folder that does not exist yet passes where the
+    nearest one that exists is a writable folder. Returns ``path``; raises
     ``ValueError`` naming ``flag``, the path and the cause. For command-line outputs
     such as ``experiments/benchmarks/run.py --out`` (then `write_text`/`write_json`)."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise ValueError(f"{flag}={path}: is a folder, not a file")
+    while make_folders and not os.path.exists(folder):
+        folder = os.path.dirname(folder)
     if not os.path.isdir(folder):
-        what = "is a file" if os.path.exists(folder) else "does not exist"
+        what = "is a file, not a folder" if os.path.exists(folder) else "does not exist"
         raise ValueError(f"{flag}={path}: its folder {folder} {what}")
     if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise ValueError(f"{flag}={path}: not writable (permission denied)")

@@ -210,19 +210,11 @@ def _over_members(members: list[int], results: list[dict[str, Any]]) -> dict[str
 
 def _check_animation_path(path: str) -> None:
     """Raises ``ValueError`` (naming ``--animation``) when ``path`` cannot be written as
-    an animation: no ``.gif``/``.mp4`` suffix, a folder, under a file, or in a folder
-    that cannot be written. Folders that do not exist yet are made when it is written."""
+    an animation: no ``.gif``/``.mp4`` suffix, or what `common.check_output_path` refuses
+    (folders that do not exist yet are made when it is written)."""
     if os.path.splitext(path)[1].lower() not in (".gif", ".mp4"):
         raise ValueError(f"--animation={path}: the file name must end in .gif or .mp4")
-    if os.path.isdir(path):
-        raise ValueError(f"--animation={path}: is a folder, not a file")
-    folder = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(folder):
-        folder = os.path.dirname(folder)
-    if not os.path.isdir(folder):
-        raise ValueError(f"--animation={path}: {folder} is a file, not a folder")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise ValueError(f"--animation={path}: not writable (permission denied)")
+    common.check_output_path(path, "--animation", make_folders=True)
 
 
 def _mean_line(result: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.run_folder_util import assert_refused
+from tests.run_folder_util import assert_refused, snapshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = "--config=experiments/configs/population.py:cartpole,tiny"
@@ -150,24 +150,14 @@ def test_finished_run_is_left_as_it_is(two_runs, capsys):
     """The same command on the finished folder says so and changes no file (its
     summary, leaderboard and logs keep the run's own figures)."""
     wd, _, _ = two_runs
-
-    def snapshot() -> dict[str, bytes]:
-        files = {}
-        for root, _, names in os.walk(wd):
-            for n in names:
-                if n != "run.lock":
-                    path = os.path.join(root, n)
-                    files[os.path.relpath(path, wd)] = open(path, "rb").read()
-        return files
-
     from experiments import population
     from experiments.configs import population as configs
 
     config = configs.get_config("cartpole,tiny")  # the command's config, in-process
     config.run.update(iterations_per_chunk=1, checkpoint_every_chunks=2, keep_checkpoints=10)
     config.population.pbt.interval_chunks = 2
-    before = snapshot()
+    before = snapshot(wd)
     summary = population.run(config, wd)
     assert summary["finished"] and summary["iterations"] == 4
     assert "this run is finished (4/4 iterations)" in capsys.readouterr().out
-    assert snapshot() == before
+    assert snapshot(wd) == before
