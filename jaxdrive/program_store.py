@@ -136,7 +136,8 @@ def _installed_distributions() -> tuple[tuple[str, str, str], ...]:
             continue
         record = d.read_text("RECORD") or ""  # its files' hashes: a reinstall of changed code
         digest = hashlib.sha256(record.encode()).hexdigest()
-        found.add((d.metadata["Name"] or "", d.version, digest))
+        meta = d.metadata  # parsed once: its name and version
+        found.add((meta["Name"] or "", meta["Version"] or "", digest))
     return tuple(sorted(found))
 
 

@@ -298,51 +298,8 @@ def test_profile_script_tiny(tmp_path) -> None:
     assert "(all)" in out.stdout
 
 
-def _bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "experiments.benchmarks.run", *args],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-
-
-@pytest.mark.parametrize("case", ["into_a_file", "a_folder", "missing_folder", "read_only"])
-def test_bad_out_is_one_located_line_before_any_work(tmp_path, case):
-    """``--out`` is checked before any suite runs: inside a file, a folder, in a folder that
-    does not exist or is not writable, the command prints one ``error:`` line naming the
-    path and the cause, and exits with status 2 (no traceback, no result rows)."""
-    if case == "read_only" and os.geteuid() == 0:
-        pytest.skip("root writes into read-only folders")
-    (tmp_path / "file").write_text("x")
-    folder = tmp_path / "ro"
-    folder.mkdir(mode=0o500)
-    out, cause = {
-        "into_a_file": (tmp_path / "file" / "out.jsonl", "is a file"),
-        "a_folder": (tmp_path, "is a folder"),
-        "missing_folder": (tmp_path / "nope" / "out.jsonl", "does not exist"),
-        "read_only": (folder / "out.jsonl", "not writable"),
-    }[case]
-    proc = _bench("--suite=quick", "--backends=", "--num_steps=2", "--repeats=1", f"--out={out}")
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert proc.stderr.startswith(f"error: --out={out}: ") and cause in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stdout == ""
-
-
-def test_bad_flag_value_is_one_line():
-    proc = _bench("--num_steps=abc")
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.startswith("error: flag --num_steps=abc: ")
-    assert len(proc.stderr.strip().splitlines()) == 1
-
-
-def test_bad_compare_is_refused_before_any_work(tmp_path):
-    """A ``--compare`` pattern matching no file, and an anchor line that is not JSON, are
-    one located line with exit status 2 before any suite runs."""
-    out = f"--out={tmp_path / 'out.jsonl'}"
-    proc = _bench("--suite=quick", "--backends=", out, f"--compare={tmp_path}/none*.jsonl")
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.strip() == (
-        f"error: --compare={tmp_path}/none*.jsonl: {tmp_path}/none*.jsonl matches no file"
-    )
+def test_anchor_line_that_is_not_json_is_located(tmp_path):
+    """An anchor line that is not JSON is refused naming the file and the line."""
     (tmp_path / "a.jsonl").write_text('{"bench": 1}\n{"bench": \n')
     with pytest.raises(ValueError, match=r"a\.jsonl:2: not a JSON record"):
         run.load_anchors(f"{tmp_path}/a.jsonl")
@@ -375,12 +332,19 @@ def test_append_records_keeps_old_lines_and_names_the_path(tmp_path):
     assert not (tmp_path.parent / f"{tmp_path.name}.tmp").exists()
 
 
-def test_suite_flags_are_checked_before_any_work():
-    """Values absl cannot check (names of rows, backends, modes, algorithms, env counts,
-    matmul precisions, MPE learning runs, reference returns naming no run, overrides of
-    keys the config lacks) and positional arguments: one line naming the flag, exit
-    status 2, before any suite runs (checked in one process: `run._check_flags` and
-    `mpe.learning_runs` after parsing, as `run._run` calls them first)."""
+def test_bad_flags_are_one_line_before_any_work(tmp_path):
+    """Bad command lines print one ``error:`` line naming the flag (and path), print
+    nothing on stdout and exit with status 2 before any suite runs: flag values absl
+    cannot check (names of rows, backends, modes, algorithms, env counts, matmul
+    precisions, MPE learning runs, reference returns naming no run, overrides of keys
+    the config lacks), positional arguments, a value absl refuses, an ``--out`` inside a
+    file, naming a folder, in a folder that does not exist or is not writable, and a
+    ``--compare`` pattern matching no file. One process runs `run.main` on each, with
+    the suites' work replaced by a failure."""
+    (tmp_path / "file").write_text("x")
+    read_only = tmp_path / "ro"
+    read_only.mkdir(mode=0o500)
+    out = f"--out={tmp_path / 'out.jsonl'}"
     MPE = "--suite=mpe_learning"
     cases = [
         (["--learning_runs=bogus"], "error: --learning_runs: unknown ['bogus']"),
@@ -390,43 +354,53 @@ def test_suite_flags_are_checked_before_any_work():
         (["--locomotion_envs=abc"], "error: --locomotion_envs: 'abc' is not a number"),
         (["--matmul_precision=bogus"], "error: --matmul_precision: 'bogus' is not one of"),
         (["extra"], "error: unexpected arguments ['extra']"),
+        (["--num_steps=abc"], "error: flag --num_steps=abc: "),
         ([MPE, "--mpe_runs=bogus"],
          "error: --mpe_runs: 'bogus': unknown config preset(s) ['bogus']"),
         ([MPE, "--mpe_runs=spread+tiny", "--mpe_reference_returns=tag=-5"],
          "error: --mpe_reference_returns: 'tag=-5' is not RUN=RETURN"),
         ([MPE, "--mpe_runs=spread+tiny", "--mpe_overrides=algo.nope=1"],
          "error: --mpe_overrides: 'algo.nope=1' is not KEY=LITERAL"),
+        ([f"--compare={tmp_path}/none*.jsonl"],
+         f"error: --compare={tmp_path}/none*.jsonl: {tmp_path}/none*.jsonl matches no file"),
     ]  # fmt: skip
+    cases = [([*args, out], start, "") for args, start in cases]
+    for path, cause in [
+        (tmp_path / "file" / "out.jsonl", "is a file"),
+        (tmp_path, "is a folder"),
+        (tmp_path / "nope" / "out.jsonl", "does not exist"),
+    ] + ([(read_only / "out.jsonl", "not writable")] if os.geteuid() != 0 else []):
+        cases.append(([f"--out={path}"], f"error: --out={path}: ", cause))
     code = (
         "import contextlib, io, json, sys\n"
         "from absl import flags\n"
         "from experiments import common\n"
         "from experiments.benchmarks import run\n"
+        "def work(*a, **k):\n"
+        "    raise RuntimeError('a suite ran')\n"
+        "run.run_suite = work\n"
         "out = []\n"
         "for args in json.loads(sys.argv[1]):\n"
         "    flags.FLAGS.unparse_flags()\n"
-        "    err = io.StringIO()\n"
-        "    with contextlib.redirect_stderr(err):\n"
+        "    err, std = io.StringIO(), io.StringIO()\n"
+        "    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(std):\n"
         "        try:\n"
-        "            argv = common.parse_flags(['run', *args])\n"
-        "            common.refuse_extra_args(argv)\n"
-        "            common.exit_on_error(run._check_flags)\n"
-        "            if flags.FLAGS.suite == 'mpe_learning':\n"
-        "                common.exit_on_error(run.mpe.learning_runs)\n"
+        "            run.main(common.parse_flags(['run', '--suite=quick', *args]))\n"
         "            code = 0\n"
         "        except SystemExit as e:\n"
         "            code = e.code\n"
-        "    out.append([code, err.getvalue()])\n"
+        "    out.append([code, err.getvalue(), std.getvalue()])\n"
         "print(json.dumps(out))\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code, json.dumps([c for c, _ in cases])],
+        [sys.executable, "-c", code, json.dumps([c[0] for c in cases])],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    for (args, start), (code, err) in zip(cases, json.loads(proc.stdout), strict=True):
+    for (args, start, cause), (code, err, std) in zip(cases, json.loads(proc.stdout), strict=True):
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and lines[0].startswith(start), (args, err)
+        assert cause in lines[0] and std == "", (args, err, std)
 
 
 def test_learning_curve_evaluates_after_chunks_and_reads_crossings():
