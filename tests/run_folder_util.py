@@ -175,10 +175,41 @@ def last_error_line(stderr: str) -> str:
     return [ln for ln in stderr.splitlines() if ln.strip()][-1]
 
 
-def assert_refused(out: subprocess.CompletedProcess, wd: str, match: str) -> None:
-    """A script's bad input: exit status 2, one last ``error: …`` line containing
-    ``match``, and no run folder ``wd`` written."""
-    assert out.returncode == 2
-    last = last_error_line(out.stderr)
-    assert last.startswith("error: ") and match in last, out.stderr[-2000:]
-    assert not os.path.exists(wd)  # refused before anything was written
+_ONE_PROCESS = """\
+import contextlib, importlib, io, json, sys
+from absl import flags
+from experiments import common
+module = importlib.import_module(sys.argv[1])
+getattr(module, "_define_flags", lambda: None)()
+{prelude}
+out = []
+for args in json.loads(sys.argv[2]):
+    sys.modules.pop("config_config", None)  # ml_collections' name for a loaded config file
+    flags.FLAGS.unparse_flags()
+    for name in [n for n in flags.FLAGS if n.startswith("config.")]:
+        delattr(flags.FLAGS, name)  # the previous command's --config.<key> overrides
+    sys.argv = ["script", *args]  # ml_collections reads the overrides from sys.argv
+    err, std = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(std):
+        try:
+            module.main(common.parse_flags(sys.argv))
+            code = 0
+        except SystemExit as e:
+            code = e.code
+    out.append([code, err.getvalue(), std.getvalue()])
+print(json.dumps(out))
+"""
+
+
+def commands_in_one_process(
+    module: str, commands: list[list[str]], prelude: str = ""
+) -> list[tuple[Any, str, str]]:
+    """``(exit code, stderr, stdout)`` of each command line of the absl script ``module``
+    (``python -m module *args``; 0 when ``main`` returns), all run one after another in
+    one subprocess as the script's flag parsing and ``main``: for commands refused
+    before any work, whose start-up would otherwise dominate. ``prelude``: Python run
+    once first (e.g. replacing the work by a failure)."""
+    code = _ONE_PROCESS.format(prelude=prelude)
+    proc = run([sys.executable, "-c", code, module, json.dumps(commands)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [tuple(r) for r in json.loads(proc.stdout)]

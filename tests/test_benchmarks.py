@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from experiments.benchmarks import run
+from tests import run_folder_util as rf
 
 
 def test_quick_suite_end_to_end(tmp_path):
@@ -339,8 +340,8 @@ def test_bad_flags_are_one_line_before_any_work(tmp_path):
     precisions, MPE learning runs, reference returns naming no run, overrides of keys
     the config lacks), positional arguments, a value absl refuses, an ``--out`` inside a
     file, naming a folder, in a folder that does not exist or is not writable, and a
-    ``--compare`` pattern matching no file. One process runs `run.main` on each, with
-    the suites' work replaced by a failure."""
+    ``--compare`` pattern matching no file (one process runs them all, the suites' work
+    replaced by a failure: `rf.commands_in_one_process`)."""
     (tmp_path / "file").write_text("x")
     read_only = tmp_path / "ro"
     read_only.mkdir(mode=0o500)
@@ -371,33 +372,10 @@ def test_bad_flags_are_one_line_before_any_work(tmp_path):
         (tmp_path / "nope" / "out.jsonl", "does not exist"),
     ] + ([(read_only / "out.jsonl", "not writable")] if os.geteuid() != 0 else []):
         cases.append(([f"--out={path}"], f"error: --out={path}: ", cause))
-    code = (
-        "import contextlib, io, json, sys\n"
-        "from absl import flags\n"
-        "from experiments import common\n"
-        "from experiments.benchmarks import run\n"
-        "def work(*a, **k):\n"
-        "    raise RuntimeError('a suite ran')\n"
-        "run.run_suite = work\n"
-        "out = []\n"
-        "for args in json.loads(sys.argv[1]):\n"
-        "    flags.FLAGS.unparse_flags()\n"
-        "    err, std = io.StringIO(), io.StringIO()\n"
-        "    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(std):\n"
-        "        try:\n"
-        "            run.main(common.parse_flags(['run', '--suite=quick', *args]))\n"
-        "            code = 0\n"
-        "        except SystemExit as e:\n"
-        "            code = e.code\n"
-        "    out.append([code, err.getvalue(), std.getvalue()])\n"
-        "print(json.dumps(out))\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code, json.dumps([c[0] for c in cases])],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    for (args, start, cause), (code, err, std) in zip(cases, json.loads(proc.stdout), strict=True):
+    prelude = "def work(*a, **k):\n    raise RuntimeError('a suite ran')\nmodule.run_suite = work"
+    commands = [["--suite=quick", *c[0]] for c in cases]
+    results = rf.commands_in_one_process("experiments.benchmarks.run", commands, prelude)
+    for (args, start, cause), (code, err, std) in zip(cases, results, strict=True):
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and lines[0].startswith(start), (args, err)
         assert cause in lines[0] and std == "", (args, err, std)

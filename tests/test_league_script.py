@@ -7,18 +7,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 import jaxdrive
 from algorithms.common.config import base_config
 from experiments import league as league_script
-from tests.run_folder_util import assert_refused
+from tests.run_folder_util import commands_in_one_process
 from tests.toy_envs import Counter
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _config():
@@ -103,23 +99,20 @@ def test_finished_run_is_left_as_it_is(two_runs, capsys):
     assert {n: _read(wd, n) for n in names} == before
 
 
-def _script(args: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    return subprocess.run(
-        [sys.executable, "-m", "experiments.league",
-         "--config=experiments/configs/tag_continuous.py:tiny", *args],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("args", "match"),
-    [
+def test_script_errors(tmp_path):
+    """Bad league flags: exit status 2, one ``error:`` line naming the flag, no run
+    folder (one process runs them all: `commands_in_one_process`)."""
+    wd = str(tmp_path / "bad")
+    cases = [
         (["--league_sampling=best"], "--league_sampling=best: must be one of"),
         (["--league_sides=tagger,chaser"], "--league_sides=tagger,chaser: must name two"),
         (["--league_pool=0"], "--league_pool=0: must be >= 1"),
-    ],
-)
-def test_script_errors(tmp_path, args, match):
-    wd = str(tmp_path / "bad")
-    assert_refused(_script([f"--workdir={wd}", *args]), wd, match)
+    ]
+    config = "--config=experiments/configs/tag_continuous.py:tiny"
+    commands = [[config, f"--workdir={wd}", *args] for args, _ in cases]
+    results = commands_in_one_process("experiments.league", commands)
+    for (args, match), (code, err, _) in zip(cases, results, strict=True):
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1, (args, err)
+        assert lines[0].startswith("error: ") and match in lines[0], (args, err)
+    assert not os.path.exists(wd)

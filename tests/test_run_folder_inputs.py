@@ -32,36 +32,22 @@ def _refused(out: subprocess.CompletedProcess, start: str) -> str:
     return line
 
 
-def _evaluate(wd: str, *extra: str) -> subprocess.CompletedProcess:
-    return rf.run([rf.sys.executable, "-m", "experiments.evaluate", f"--workdir={wd}", *extra])
-
-
-def test_command_line_inputs(tmp_path):
-    """A --config file that does not exist, a --workdir that is a file or lies under a
-    file, --num_devices=abc, a flag value of the wrong type: one line each, no folder."""
-    f = tmp_path / "file"
-    f.write_text("x")
-    wd = str(tmp_path / "run")
-    cmd = rf.train_cmd(wd)
-    cmd[3] = "--config=experiments/configs/nope.py:tiny"
-    _refused(rf.run(cmd), "error: --config=experiments/configs/nope.py:tiny: ")
-    _refused(rf.train(str(f)), f"error: {f}: --workdir is a file")
-    _refused(rf.train(str(f / "sub")), f"error: {f / 'sub'}: Not a directory")
-    line = _refused(rf.train(wd, "--num_devices=abc"), "error: --num_devices=abc: ")
-    assert "expected an integer" in line
-    _refused(rf.train(wd, "--config.num_envs=four"), "error: flag --config.num_envs=four: ")
-    assert not os.path.exists(wd)
-
-
-def test_config_files_that_do_not_load(tmp_path):
-    """A --config file that raises (an unknown preset), does not parse, defines no
-    get_config(), or is a run folder's config.json, and ``--config PATH`` naming no
-    file: exit status 2 and one line each (the flag parsing of every script, run in one
-    process here)."""
+def test_command_lines_refused_before_any_work(tmp_path):
+    """Bad command lines exit with status 2 and one ``error:`` line each, before any work
+    and without making the run folder: a --config file that does not exist, raises (an
+    unknown preset), does not parse, defines no get_config(), or is a run folder's
+    config.json; ``--config PATH`` naming no file; a --workdir that is a file or lies
+    under a file; --num_devices=abc; a flag value of the wrong type (one process runs
+    them all: `rf.commands_in_one_process`)."""
     (tmp_path / "syntax.py").write_text("def get_config(:\n")
     (tmp_path / "empty.py").write_text("X = 1\n")
     (tmp_path / "config.json").write_text('{"seed": false}\n')
+    f = tmp_path / "file"
+    f.write_text("x")
+    wd = str(tmp_path / "run")
     cases = [
+        (["--config=experiments/configs/nope.py:tiny"],
+         "error: --config=experiments/configs/nope.py:tiny: "),
         (["--config=experiments/configs/cartpole.py:bogus"],
          "error: --config=experiments/configs/cartpole.py:bogus: ValueError: unknown config "
          "preset(s) ['bogus']"),
@@ -72,29 +58,18 @@ def test_config_files_that_do_not_load(tmp_path):
          "NameError: name 'false' is not defined (a config file is Python"),
         (["--config", f"{tmp_path}/none.py"], f"error: --config={tmp_path}/none.py: "
          f"{tmp_path}/none.py: no such file"),
+        ([*rf.ARGS, f"--workdir={f}"], f"error: {f}: --workdir is a file"),
+        ([*rf.ARGS, f"--workdir={f / 'sub'}"], f"error: {f / 'sub'}: Not a directory"),
+        ([*rf.ARGS, f"--workdir={wd}", "--num_devices=abc"],
+         "error: --num_devices=abc: expected an integer"),
+        ([*rf.ARGS, f"--workdir={wd}", "--config.num_envs=four"],
+         "error: flag --config.num_envs=four: "),
     ]  # fmt: skip
-    code = (
-        "import contextlib, io, json, sys\n"
-        "from experiments import common, train\n"
-        "train._define_flags()\n"
-        "out = []\n"
-        "for args in json.loads(sys.argv[1]):\n"
-        "    sys.modules.pop('config_config', None)  # ml_collections' name for a loaded file\n"
-        "    err = io.StringIO()\n"
-        "    with contextlib.redirect_stderr(err):\n"
-        "        try:\n"
-        "            common.parse_flags(['train', *args])\n"
-        "            code = 0\n"
-        "        except SystemExit as e:\n"
-        "            code = e.code\n"
-        "    out.append([code, err.getvalue()])\n"
-        "print(json.dumps(out))\n"
-    )
-    proc = rf.run([rf.sys.executable, "-c", code, json.dumps([c for c, _ in cases])])
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    for (args, start), (code, err) in zip(cases, json.loads(proc.stdout), strict=True):
+    results = rf.commands_in_one_process("experiments.train", [c for c, _ in cases])
+    for (args, start), (code, err, _) in zip(cases, results, strict=True):
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and lines[0].startswith(start), (args, err)
+    assert not os.path.exists(wd)
 
 
 def test_evaluate_inputs(ref, tmp_path):
@@ -103,14 +78,21 @@ def test_evaluate_inputs(ref, tmp_path):
     names the damaged config.json too and changes nothing."""
     f = tmp_path / "file"
     f.write_text("x")
-    _refused(_evaluate(str(f)), f"error: {f}: not a run folder")
     missing = tmp_path / "missing"
-    _refused(_evaluate(str(missing)), f"error: {missing}: no config.json")
     wd = rf.copy_run(ref, str(tmp_path / "run"))
     path = os.path.join(wd, "config.json")
     text = open(path).read()
     open(path, "w").write(text[: len(text) // 2])
-    _refused(_evaluate(wd), f"error: {path}: not valid JSON")
+    cases = [
+        (f, f"error: {f}: not a run folder"),
+        (missing, f"error: {missing}: no config.json"),
+        (wd, f"error: {path}: not valid JSON"),
+    ]
+    commands = [[f"--workdir={d}"] for d, _ in cases]
+    results = rf.commands_in_one_process("experiments.evaluate", commands)
+    for (d, start), (code, err, std) in zip(cases, results, strict=True):
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith(start), (d, err, std)
     with pytest.raises(SystemExit) as e:
         common.exit_on_error(common.load_config, wd)
     assert e.value.code == 2
