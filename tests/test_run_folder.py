@@ -99,19 +99,23 @@ def test_second_process_on_a_folder_exits_2_naming_the_holder(ref, tmp_path):
 def test_refused_config_change_leaves_the_folder_untouched(ref, tmp_path):
     """An invalid value with --allow_config_change, and a changed config without it,
     exit with status 2 and leave every file as it was (config.json included); an
-    invalid config never creates its run folder."""
+    invalid config never creates its run folder (the three commands in one process)."""
     wd = rf.copy_run(ref, str(tmp_path / "run"))
     before = rf.snapshot(wd)
-    bad = rf.train(wd, "--allow_config_change", "--config.policies.agent.lr=-1.0")
-    assert bad.returncode == 2 and "lr must be > 0" in rf.last_error_line(bad.stderr)
-    assert rf.snapshot(wd) == before
-    changed = rf.train(wd, "--config.algo.gamma=0.5")
-    assert changed.returncode == 2 and "algo.gamma: 0.99 -> 0.5" in changed.stderr
-    assert "use a fresh --workdir" in changed.stderr
-    assert rf.snapshot(wd) == before
     fresh = str(tmp_path / "never")
-    bad = rf.train(fresh, "--config.policies.agent.lr=-1.0")
-    assert bad.returncode == 2 and not os.path.exists(fresh)
+    commands = [
+        [*rf.ARGS, f"--workdir={wd}", "--allow_config_change", "--config.policies.agent.lr=-1.0"],
+        [*rf.ARGS, f"--workdir={wd}", "--config.algo.gamma=0.5"],
+        [*rf.ARGS, f"--workdir={fresh}", "--config.policies.agent.lr=-1.0"],
+    ]
+    (bad, bad_err, _), (changed, changed_err, _), (new, _, _) = rf.commands_in_one_process(
+        "experiments.train", commands
+    )
+    assert bad == 2 and "lr must be > 0" in rf.last_error_line(bad_err)
+    assert changed == 2 and "algo.gamma: 0.99 -> 0.5" in changed_err
+    assert "use a fresh --workdir" in changed_err
+    assert rf.snapshot(wd) == before
+    assert new == 2 and not os.path.exists(fresh)
 
 
 def _damage(step_dir: str, how: str) -> None:

@@ -21,6 +21,7 @@ tag_config = pytest.importorskip("experiments.configs.tag_gridworld")
 from algorithms.common.config import config_to_dict  # noqa: E402
 from experiments import common, evaluate, train  # noqa: E402
 from jaxdrive.logging import read_metrics  # noqa: E402
+from tests.run_folder_util import commands_in_one_process  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -191,19 +192,23 @@ def test_evaluate_policy_counts_rewards_until_done():
 
 def check_cli(wd):
     cfg = "experiments/configs/tag_gridworld.py:tiny"
-    bad = cli("experiments.train", f"--config={cfg}", "--config.algo.gama=0.9", f"--workdir={wd}")
-    assert bad.returncode == 2
-    assert "--config.algo.gama names no config key: config.algo has no key 'gama'" in bad.stderr
-    assert 'Did you mean "gamma"' in bad.stderr
-
-    # resuming the finished run through the command line: flags reach `run`
     before = snapshot(wd)
-    ok = cli("experiments.train", f"--config={cfg}", f"--workdir={wd}", "--noprogress")
-    assert ok.returncode == 0, ok.stderr[-2000:]
-    assert "this run is finished (4/4 iterations); nothing to do" in ok.stdout
+    # a misspelt override; resuming the finished run (flags reach `run`); another seed
+    commands = [
+        [f"--config={cfg}", "--config.algo.gama=0.9", f"--workdir={wd}"],
+        [f"--config={cfg}", f"--workdir={wd}", "--noprogress"],
+        [f"--config={cfg}", f"--workdir={wd}", "--seed=5"],
+    ]
+    (bad, bad_err, _), (ok, ok_err, ok_out), (other_seed, seed_err, _) = commands_in_one_process(
+        "experiments.train", commands
+    )
+    assert bad == 2
+    assert "--config.algo.gama names no config key: config.algo has no key 'gama'" in bad_err
+    assert 'Did you mean "gamma"' in bad_err
+    assert ok in (0, None), ok_err[-2000:]
+    assert "this run is finished (4/4 iterations); nothing to do" in ok_out
+    assert other_seed == 2 and "seed: 20 -> 5" in seed_err
     assert snapshot(wd) == before  # no file touched (summary, plots, metrics, config)
-    other_seed = cli("experiments.train", f"--config={cfg}", f"--workdir={wd}", "--seed=5")
-    assert other_seed.returncode == 2 and "seed: 20 -> 5" in other_seed.stderr
 
     gif = os.path.join(os.path.dirname(wd), "eval.gif")
     ev = cli(
