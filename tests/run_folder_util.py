@@ -213,3 +213,17 @@ def commands_in_one_process(
     proc = run([sys.executable, "-c", code, module, json.dumps(commands)])
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [tuple(r) for r in json.loads(proc.stdout)]
+
+
+def assert_refused_in_one_process(module: str, wd: str, cases: list[tuple[list[str], str]]) -> None:
+    """Each ``(args, match)`` of ``cases`` run as ``python -m module --workdir=wd *args``
+    (`commands_in_one_process`): exit status 2, one ``error:`` line containing ``match``,
+    and no run folder ``wd`` made."""
+    commands = [[f"--workdir={wd}", *args] for args, _ in cases]
+    for (args, match), (code, err, _) in zip(
+        cases, commands_in_one_process(module, commands), strict=True
+    ):
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1, (args, err)
+        assert lines[0].startswith("error: ") and match in lines[0], (args, err)
+    assert not os.path.exists(wd)

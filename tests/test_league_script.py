@@ -13,7 +13,7 @@ import pytest
 import jaxdrive
 from algorithms.common.config import base_config
 from experiments import league as league_script
-from tests.run_folder_util import commands_in_one_process
+from tests.run_folder_util import assert_refused_in_one_process
 from tests.toy_envs import Counter
 
 
@@ -101,7 +101,7 @@ def test_finished_run_is_left_as_it_is(two_runs, capsys):
 
 def test_script_errors(tmp_path):
     """Bad league flags: exit status 2, one ``error:`` line naming the flag, no run
-    folder (one process runs them all: `commands_in_one_process`)."""
+    folder (one process runs them all: `assert_refused_in_one_process`)."""
     wd = str(tmp_path / "bad")
     cases = [
         (["--league_sampling=best"], "--league_sampling=best: must be one of"),
@@ -109,10 +109,5 @@ def test_script_errors(tmp_path):
         (["--league_pool=0"], "--league_pool=0: must be >= 1"),
     ]
     config = "--config=experiments/configs/tag_continuous.py:tiny"
-    commands = [[config, f"--workdir={wd}", *args] for args, _ in cases]
-    results = commands_in_one_process("experiments.league", commands)
-    for (args, match), (code, err, _) in zip(cases, results, strict=True):
-        lines = err.strip().splitlines()
-        assert code == 2 and len(lines) == 1, (args, err)
-        assert lines[0].startswith("error: ") and match in lines[0], (args, err)
-    assert not os.path.exists(wd)
+    cases = [([config, *args], match) for args, match in cases]
+    assert_refused_in_one_process("experiments.league", wd, cases)

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.run_folder_util import commands_in_one_process, snapshot
+from tests.run_folder_util import assert_refused_in_one_process, snapshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = "--config=experiments/configs/population.py:cartpole,tiny"
@@ -113,19 +113,14 @@ def test_resume_on_one_device_continues_exactly(two_runs):
 
 def test_script_errors(tmp_path):
     """Bad command lines: exit status 2, one ``error:`` line naming the cause, no run
-    folder (one process runs them all: `commands_in_one_process`)."""
+    folder (one process runs them all: `assert_refused_in_one_process`)."""
     wd = str(tmp_path / "bad")
     cases = [
         (["--num_devices=3"], "config.population.size=4 is not divisible"),
         (["--config.population.mode=evolve"], "config.population.mode must be one of"),
     ]
-    commands = [[CONFIG, f"--workdir={wd}", *args] for args, _ in cases]
-    results = commands_in_one_process("experiments.population", commands)
-    for (args, match), (code, err, _) in zip(cases, results, strict=True):
-        lines = err.strip().splitlines()
-        assert code == 2 and len(lines) == 1, (args, err)
-        assert lines[0].startswith("error: ") and match in lines[0], (args, err)
-    assert not os.path.exists(wd)
+    cases = [([CONFIG, *args], match) for args, match in cases]
+    assert_refused_in_one_process("experiments.population", wd, cases)
 
 
 def test_evaluate_population_folder(two_runs):
